@@ -1,0 +1,1 @@
+echo fake build
