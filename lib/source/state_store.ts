@@ -1,0 +1,219 @@
+import type { EndpointSlice, Node, ObjectMeta, Service } from "../k8s/objects.ts";
+import type { ProxyHandlers } from "./handlers.ts";
+
+/** Where a set of objects came from. The cache is a provisional origin: the first full list of a live source replaces it. */
+export type Origin = "live" | "cache";
+
+type Kind = "service" | "endpointSlice" | "node";
+
+interface Entry<T> {
+  obj: T;
+  origin: Origin;
+}
+
+function keyOf(meta: ObjectMeta | undefined): string {
+  return `${meta?.namespace ?? ""}/${meta?.name ?? ""}`;
+}
+
+function sameObject(a: { metadata?: ObjectMeta }, b: { metadata?: ObjectMeta }): boolean {
+  const ra = a.metadata?.resourceVersion, rb = b.metadata?.resourceVersion;
+  if (ra && rb && ra === rb) return true;
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/** A point-in-time copy of everything the store holds, for the state cache. */
+export interface StateSnapshot {
+  services: Service[];
+  endpointSlices: EndpointSlice[];
+  node: Node | null;
+}
+
+/**
+ * The merged view between sources and the proxier. Sources (apiserver, poll, manifests) feed it as
+ * "live"; the state cache feeds it as "cache" when the apiserver is unreachable at start. It forwards to
+ * the proxier's handlers only real changes (an add of an object it already holds becomes an update, or
+ * nothing when identical), forwards each Synced callback once, and when a live source finishes its first
+ * list of a kind, deletes every object of that kind that only the cache knew: objects deleted while the
+ * node was offline never linger as ghosts, and objects that did not change cause no churn.
+ */
+export class StateStore implements ProxyHandlers {
+  #services = new Map<string, Entry<Service>>();
+  #slices = new Map<string, Entry<EndpointSlice>>();
+  #node: Entry<Node> | null = null;
+  #synced = { service: false, endpointSlice: false, node: false };
+  #liveSynced = { service: false, endpointSlice: false, node: false };
+  #version = 0;
+  #cacheLoaded = false;
+
+  /** @param downstream the proxier (or a fan-out to several). */
+  constructor(private readonly downstream: ProxyHandlers) {}
+
+  /** Increases on every forwarded change; lets the cache writer skip writing an unchanged state. */
+  get version(): number {
+    return this.#version;
+  }
+
+  /** True once a live source has completed its first list of Services and EndpointSlices. */
+  get liveSynced(): boolean {
+    return this.#liveSynced.service && this.#liveSynced.endpointSlice;
+  }
+
+  /** True from loading a cache until a live source has listed Services and EndpointSlices. */
+  get servingFromCache(): boolean {
+    return this.#cacheLoaded && !this.liveSynced;
+  }
+
+  /** Everything currently held, sorted by key (deterministic cache files). */
+  snapshot(): StateSnapshot {
+    const sorted = <T>(m: Map<string, Entry<T>>) =>
+      [...m.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e.obj);
+    return {
+      services: sorted(this.#services),
+      endpointSlices: sorted(this.#slices),
+      node: this.#node?.obj ?? null,
+    };
+  }
+
+  /**
+   * Loads a cached state as provisional objects and marks every kind synced, so the proxier programs
+   * rules from it. Objects a live source already delivered are left alone.
+   */
+  loadFromCache(state: StateSnapshot): void {
+    this.#cacheLoaded = true;
+    for (const s of state.services) this.#upsert("service", s, "cache");
+    for (const s of state.endpointSlices) this.#upsert("endpointSlice", s, "cache");
+    if (state.node && !this.#node) this.#upsert("node", state.node, "cache");
+    this.#markSynced("service", "cache");
+    this.#markSynced("endpointSlice", "cache");
+    this.#markSynced("node", "cache");
+  }
+
+  #upsert(kind: Kind, obj: Service | EndpointSlice | Node, origin: Origin): void {
+    if (kind === "node") {
+      const prev = this.#node;
+      if (prev && origin === "cache" && prev.origin === "live") return;
+      this.#node = { obj: obj as Node, origin };
+      if (!prev) this.#emit(() => this.downstream.onNodeAdd(obj as Node));
+      else if (!sameObject(prev.obj, obj)) {
+        this.#emit(() => this.downstream.onNodeUpdate(prev.obj, obj as Node));
+      }
+      return;
+    }
+    const map = (kind === "service" ? this.#services : this.#slices) as Map<
+      string,
+      Entry<Service | EndpointSlice>
+    >;
+    const key = keyOf(obj.metadata);
+    const prev = map.get(key);
+    if (prev && origin === "cache" && prev.origin === "live") return;
+    map.set(key, { obj, origin });
+    if (kind === "service") {
+      if (!prev) this.#emit(() => this.downstream.onServiceAdd(obj as Service));
+      else if (!sameObject(prev.obj, obj)) {
+        this.#emit(() => this.downstream.onServiceUpdate(prev.obj as Service, obj as Service));
+      }
+    } else {
+      if (!prev) this.#emit(() => this.downstream.onEndpointSliceAdd(obj as EndpointSlice));
+      else if (!sameObject(prev.obj, obj)) {
+        this.#emit(() =>
+          this.downstream.onEndpointSliceUpdate(prev.obj as EndpointSlice, obj as EndpointSlice)
+        );
+      }
+    }
+  }
+
+  #remove(kind: Kind, obj: { metadata?: ObjectMeta }): void {
+    if (kind === "node") {
+      const prev = this.#node;
+      if (!prev) return;
+      this.#node = null;
+      this.#emit(() => this.downstream.onNodeDelete(prev.obj));
+      return;
+    }
+    const map = (kind === "service" ? this.#services : this.#slices) as Map<
+      string,
+      Entry<Service | EndpointSlice>
+    >;
+    const key = keyOf(obj.metadata);
+    const prev = map.get(key);
+    if (!prev) return;
+    map.delete(key);
+    if (kind === "service") this.#emit(() => this.downstream.onServiceDelete(prev.obj as Service));
+    else this.#emit(() => this.downstream.onEndpointSliceDelete(prev.obj as EndpointSlice));
+  }
+
+  #markSynced(kind: Kind, origin: Origin): void {
+    if (origin === "live" && !this.#liveSynced[kind]) {
+      this.#liveSynced[kind] = true;
+      // The live list is complete: whatever only the cache knew no longer exists.
+      if (kind === "node") {
+        if (this.#node?.origin === "cache") this.#remove("node", this.#node.obj);
+      } else {
+        const map = (kind === "service" ? this.#services : this.#slices) as Map<
+          string,
+          Entry<Service | EndpointSlice>
+        >;
+        for (const e of [...map.values()]) if (e.origin === "cache") this.#remove(kind, e.obj);
+      }
+    }
+    if (this.#synced[kind]) return;
+    this.#synced[kind] = true;
+    if (kind === "service") this.downstream.onServicesSynced();
+    else if (kind === "endpointSlice") this.downstream.onEndpointSlicesSynced();
+    else this.downstream.onNodeSynced();
+  }
+
+  #emit(fn: () => void): void {
+    this.#version++;
+    fn();
+  }
+
+  /** @inheritdoc */
+  onServiceAdd(service: Service): void {
+    this.#upsert("service", service, "live");
+  }
+  /** @inheritdoc */
+  onServiceUpdate(_old: Service, service: Service): void {
+    this.#upsert("service", service, "live");
+  }
+  /** @inheritdoc */
+  onServiceDelete(service: Service): void {
+    this.#remove("service", service);
+  }
+  /** @inheritdoc */
+  onServicesSynced(): void {
+    this.#markSynced("service", "live");
+  }
+  /** @inheritdoc */
+  onEndpointSliceAdd(slice: EndpointSlice): void {
+    this.#upsert("endpointSlice", slice, "live");
+  }
+  /** @inheritdoc */
+  onEndpointSliceUpdate(_old: EndpointSlice, slice: EndpointSlice): void {
+    this.#upsert("endpointSlice", slice, "live");
+  }
+  /** @inheritdoc */
+  onEndpointSliceDelete(slice: EndpointSlice): void {
+    this.#remove("endpointSlice", slice);
+  }
+  /** @inheritdoc */
+  onEndpointSlicesSynced(): void {
+    this.#markSynced("endpointSlice", "live");
+  }
+  /** @inheritdoc */
+  onNodeAdd(node: Node): void {
+    this.#upsert("node", node, "live");
+  }
+  /** @inheritdoc */
+  onNodeUpdate(_old: Node, node: Node): void {
+    this.#upsert("node", node, "live");
+  }
+  /** @inheritdoc */
+  onNodeDelete(node: Node): void {
+    this.#remove("node", node);
+  }
+  /** @inheritdoc */
+  onNodeSynced(): void {
+    this.#markSynced("node", "live");
+  }
+}
