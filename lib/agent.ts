@@ -1,0 +1,269 @@
+/**
+ * The agent: wires sources → StateStore → proxiers (one per IP family) → host, plus health and metrics
+ * servers, conntrack, the state cache and signal handling. main.ts parses flags and config and calls
+ * `runAgent`; everything else is here so the CLI stays wiring-free.
+ */
+import { hostname } from "node:os";
+import process from "node:process";
+import type { EdgeproxyOptions, KubeProxyConfiguration } from "./config/types.ts";
+import type { Node } from "./k8s/objects.ts";
+import type { IPFamily } from "./model/types.ts";
+import type { ProxyHandlers } from "./source/handlers.ts";
+import { log } from "./log.ts";
+import { StateStore } from "./source/state_store.ts";
+import { loadStateCache } from "./source/state_cache.ts";
+import { StateCacheWriter } from "./source/state_cache_writer.ts";
+import { startManifestsSource } from "./source/manifests.ts";
+import { Proxier, type ProxierHost } from "./proxier/proxier.ts";
+import { createDryRunHost } from "./proxier/dry_run_host.ts";
+import { localAddresses, primaryNodeIP } from "./proxier/node_addresses.ts";
+import { type DetectLocalMode, localDetectorFor } from "./iptables/local_detector.ts";
+import { RealClock } from "./runtime/clock.ts";
+import { Registry } from "./metrics/registry.ts";
+import { createKubeProxyMetrics } from "./metrics/kubeproxy.ts";
+import { createEdgeproxyMetrics } from "./metrics/edgeproxy.ts";
+import { registerProcessMetrics } from "./metrics/process.ts";
+import { createHealthzApp, healthTimeoutFor, ProxyHealthServer } from "./server/proxier_health.ts";
+import { createMetricsApp } from "./server/metrics_app.ts";
+import { startHealthServers } from "./server/health_servers.ts";
+import { ServiceHealthServer } from "./server/service_health.ts";
+import { parseCIDR } from "./config/net.ts";
+import { ApiStats } from "./k8s/stats.ts";
+
+/** Fans handler calls out to several handlers (upstream MetaProxier plus the health server's node handler). */
+function fanOut(
+  targets: ProxyHandlers[],
+  nodeTargets: Array<Pick<ProxyHandlers, "onNodeAdd" | "onNodeUpdate" | "onNodeDelete">>,
+): ProxyHandlers {
+  return {
+    onServiceAdd: (s) => targets.forEach((t) => t.onServiceAdd(s)),
+    onServiceUpdate: (o, s) => targets.forEach((t) => t.onServiceUpdate(o, s)),
+    onServiceDelete: (s) => targets.forEach((t) => t.onServiceDelete(s)),
+    onServicesSynced: () => targets.forEach((t) => t.onServicesSynced()),
+    onEndpointSliceAdd: (s) => targets.forEach((t) => t.onEndpointSliceAdd(s)),
+    onEndpointSliceUpdate: (o, s) => targets.forEach((t) => t.onEndpointSliceUpdate(o, s)),
+    onEndpointSliceDelete: (s) => targets.forEach((t) => t.onEndpointSliceDelete(s)),
+    onEndpointSlicesSynced: () => targets.forEach((t) => t.onEndpointSlicesSynced()),
+    onNodeAdd: (n) => {
+      nodeTargets.forEach((t) => t.onNodeAdd(n));
+      targets.forEach((t) => t.onNodeAdd(n));
+    },
+    onNodeUpdate: (o, n) => {
+      nodeTargets.forEach((t) => t.onNodeUpdate(o, n));
+      targets.forEach((t) => t.onNodeUpdate(o, n));
+    },
+    onNodeDelete: (n) => {
+      nodeTargets.forEach((t) => t.onNodeDelete(n));
+      targets.forEach((t) => t.onNodeDelete(n));
+    },
+    onNodeSynced: () => targets.forEach((t) => t.onNodeSynced()),
+  };
+}
+
+/** The node name kube-proxy uses: --hostname-override, else the host name, lower-cased. */
+export function nodeNameFor(config: KubeProxyConfiguration): string {
+  return (config.hostnameOverride.trim() || hostname()).toLowerCase();
+}
+
+/** Families to proxy: IPv4 always; IPv6 when the host can program it (or, in dry-run, when configured). */
+async function chooseFamilies(config: KubeProxyConfiguration, dryRun: boolean): Promise<IPFamily[]> {
+  const v6Configured = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
+  if (dryRun) return v6Configured ? ["IPv4", "IPv6"] : ["IPv4"];
+  const { ip6tablesUsable } = await import("./proxier/iptables_host.ts");
+  return (await ip6tablesUsable()) ? ["IPv4", "IPv6"] : ["IPv4"];
+}
+
+/**
+ * Runs edgeproxy until SIGTERM/SIGINT (or, with --dry-run, until every family has printed one sync).
+ * Resolves to the process exit code.
+ */
+export async function runAgent(config: KubeProxyConfiguration, options: EdgeproxyOptions): Promise<number> {
+  const nodeName = nodeNameFor(config);
+  const dryRun = options.dryRun;
+
+  if (options.cleanup) {
+    const { cleanupAll } = await import("./proxier/iptables_host.ts");
+    return await cleanupAll((m) => log.info(m), (m) => log.warn(m));
+  }
+
+  if (!dryRun) {
+    const { privilegedInit } = await import("./proxier/privileged_init.ts");
+    await privilegedInit(config, (m) => log.info(m), (m) => log.warn(m));
+    if (options.initOnly) return 0;
+  }
+
+  const clock = new RealClock();
+  const registry = new Registry();
+  const metrics = createKubeProxyMetrics(registry);
+  registerProcessMetrics(registry);
+  const apiStats = new ApiStats();
+  let store: StateStore | null = null;
+  let cacheAgeBaseMs: number | null = null;
+  const cacheState = {
+    cacheState: () => ({
+      servingFromCache: store?.servingFromCache ?? false,
+      cacheAgeSeconds: store?.servingFromCache && cacheAgeBaseMs !== null
+        ? (Date.now() - cacheAgeBaseMs) / 1000
+        : null,
+    }),
+  };
+  createEdgeproxyMetrics(registry, { apiserverStats: options.manifests ? undefined : apiStats, cacheState });
+  const health = new ProxyHealthServer({
+    healthTimeoutMs: healthTimeoutFor(config.iptables.syncPeriod),
+    metrics,
+    cacheState,
+  });
+
+  const families = await chooseFamilies(config, dryRun);
+  const out = (text: string) => process.stdout.write(text);
+  let resolveDone: (code: number) => void = () => {};
+  const done = new Promise<number>((r) => (resolveDone = r));
+  const printed = new Set<IPFamily>();
+  let cacheWriter: StateCacheWriter | null = null;
+
+  const serviceHealth = dryRun ? undefined : new ServiceHealthServer({
+    proxyHealthy: () => health.isHealthy(),
+    hostname: nodeName,
+  });
+
+  const proxiers: Proxier[] = [];
+  let node: Node | null = null;
+  for (const family of families) {
+    let host: ProxierHost;
+    let features = { randomFully: true, nfacct: false, dropInvalid: !config.conntrack.tcpBeLiberal };
+    if (dryRun) {
+      host = createDryRunHost(family, out);
+    } else {
+      const { createIptablesHost } = await import("./proxier/iptables_host.ts");
+      const h = await createIptablesHost(family, (m) => log.warn(m));
+      host = h.host;
+      features = { ...features, randomFully: h.randomFully };
+    }
+    const mode = (config.detectLocalMode || "ClusterCIDR") as DetectLocalMode;
+    const detectorFor = (n: Node | null) => {
+      const choice = localDetectorFor(family, {
+        mode,
+        clusterCIDR: config.clusterCIDR,
+        nodePodCIDRs: n?.spec?.podCIDRs?.length ? n.spec.podCIDRs : n?.spec?.podCIDR ? [n.spec.podCIDR] : [],
+        bridgeInterface: config.detectLocal.bridgeInterface,
+        interfaceNamePrefix: config.detectLocal.interfaceNamePrefix,
+      });
+      if (choice.warning && (mode !== "NodeCIDR" || n !== null)) log.warn(`${family}: ${choice.warning}`);
+      return choice.detector;
+    };
+    proxiers.push(
+      new Proxier({
+        family,
+        nodeName,
+        host,
+        clock,
+        log,
+        metrics,
+        health,
+        serviceHealth: family === families[0] ? serviceHealth : undefined,
+        minSyncPeriodMs: config.iptables.minSyncPeriod,
+        syncPeriodMs: dryRun ? 0 : config.iptables.syncPeriod,
+        masqueradeAll: config.iptables.masqueradeAll,
+        masqueradeBit: config.iptables.masqueradeBit,
+        localhostNodePorts: config.iptables.localhostNodePorts,
+        nodePortAddresses: config.nodePortAddresses ?? [],
+        localDetector: detectorFor,
+        features,
+        nodeIPs: () => (dryRun ? [] : localAddresses(family)),
+        primaryNodeIP: () => primaryNodeIP(family, node, config.bindAddress),
+        onSynced: (info) => {
+          if (dryRun) {
+            printed.add(info.family);
+            if (printed.size === families.length) resolveDone(0);
+            return;
+          }
+          if (store && !store.servingFromCache) cacheWriter?.afterSync();
+        },
+      }),
+    );
+  }
+
+  const nodeTracker = {
+    onNodeAdd: (n: Node) => (node = n),
+    onNodeUpdate: (_o: Node, n: Node) => (node = n),
+    onNodeDelete: () => (node = null),
+  };
+  store = new StateStore(fanOut(proxiers, [health, nodeTracker]));
+  if (options.stateDir && !dryRun) {
+    cacheWriter = new StateCacheWriter(store, {
+      dir: options.stateDir,
+      nodeName,
+      minIntervalMs: 10_000,
+      now: () => Date.now(),
+      warn: (m) => log.warn(m),
+    });
+  }
+
+  let servers: { close(): Promise<void> } | null = null;
+  if (!dryRun) {
+    servers = await startHealthServers({
+      healthzBindAddress: config.healthzBindAddress,
+      metricsBindAddress: config.metricsBindAddress,
+      bindAddressHardFail: config.bindAddressHardFail,
+      healthzApp: createHealthzApp(health),
+      metricsApp: createMetricsApp({ registry, configz: () => config }),
+      logger: log,
+    });
+  }
+  for (const p of proxiers) p.start();
+
+  // Sources.
+  let stopSource: () => Promise<void> | void = () => {};
+  if (options.manifests) {
+    const src = startManifestsSource(options.manifests, store, { nodeName, warn: (m) => log.warn(m) });
+    stopSource = () => src.stop();
+    log.info(`reading Services, EndpointSlices and Node ${nodeName} from ${options.manifests}`);
+  } else {
+    const { startApiserver } = await import("./proxier/apiserver_wiring.ts");
+    const src = await startApiserver(config, options, nodeName, store, apiStats);
+    stopSource = () => src.stop();
+    if (options.stateDir && !dryRun) {
+      const deadline = new Promise<"deadline">((r) =>
+        setTimeout(() => r("deadline"), options.cacheStartDeadline)
+      );
+      void Promise.race([src.synced.then(() => "synced" as const), deadline]).then(async (first) => {
+        if (first === "synced") return;
+        const loaded = await loadStateCache(options.stateDir, nodeName, Date.now());
+        if (!loaded.ok) {
+          if (loaded.missing) {
+            log.info(`apiserver not reachable yet and no state cache: waiting (${loaded.reason})`);
+          } else log.warn(`ignoring state cache: ${loaded.reason}`);
+          return;
+        }
+        if (store!.liveSynced) return;
+        cacheAgeBaseMs = Date.parse(loaded.header.writtenAt);
+        log.warn(
+          `apiserver not reachable within ${options.cacheStartDeadline}ms: programming ${loaded.state.services.length} Services ` +
+            `and ${loaded.state.endpointSlices.length} EndpointSlices from the state cache written ${loaded.header.writtenAt}`,
+        );
+        store!.loadFromCache(loaded.state);
+      });
+    }
+  }
+
+  const shutdown = async (code: number) => {
+    await stopSource();
+    await Promise.all(proxiers.map((p) => p.stop()));
+    if (cacheWriter) {
+      cacheWriter.stop();
+      if (!store?.servingFromCache) await cacheWriter.flush();
+    }
+    await serviceHealth?.stop();
+    await servers?.close();
+    return code;
+  };
+
+  const onSignal = (sig: string) => {
+    log.info(`received ${sig}, shutting down (rules stay in place)`);
+    resolveDone(0);
+  };
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
+  process.on("SIGINT", () => onSignal("SIGINT"));
+  const code = await done;
+  return await shutdown(code);
+}

@@ -1,0 +1,25 @@
+/**
+ * The --dry-run host: prints what a sync would apply instead of applying it. Reads nothing from the
+ * kernel (so it needs no root): no stale-chain detection, no drift checks.
+ */
+import type { IPFamily } from "../model/types.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleArgs } from "../iptables/jump_rules_table.ts";
+import type { ProxierHost } from "./proxier.ts";
+
+/** Creates a host that writes each payload, headed by a comment naming the family, to `write`. */
+export function createDryRunHost(family: IPFamily, write: (text: string) => void): ProxierHost {
+  const bin = family === "IPv4" ? "iptables" : "ip6tables";
+  return {
+    restore(payload: string): Promise<void> {
+      write(`# ${bin}-restore -w 5 -W 100000 --noflush --counters <<EOF\n${payload}# EOF\n`);
+      return Promise.resolve();
+    },
+    natChains: () => Promise.resolve(null),
+    ensureBaseRules(): Promise<void> {
+      const lines = IPTABLES_JUMP_RULES.map((r) => `# ${bin} -w 5 -W 100000 ${jumpRuleArgs(r).join(" ")}`);
+      write(`# jump rules ensured on full syncs (${family}):\n${lines.join("\n")}\n`);
+      return Promise.resolve();
+    },
+    checkDrift: () => Promise.resolve(null),
+  };
+}

@@ -1,0 +1,189 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
+import { Proxier, type ProxierHost } from "../../lib/proxier/proxier.ts";
+import { FakeClock } from "../../lib/runtime/clock.ts";
+import { Registry } from "../../lib/metrics/registry.ts";
+import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
+import { newDetectLocalByCIDR } from "../../lib/iptables/local_detector.ts";
+import type { OwnedRules } from "../../lib/iptables/owned_rules.ts";
+
+const quiet = { info() {}, warn() {}, error() {}, debug() {} };
+
+function svc(name: string, ip: string, port: number): Service {
+  return {
+    metadata: { namespace: "ns1", name, resourceVersion: "1" },
+    spec: {
+      type: "ClusterIP",
+      clusterIP: ip,
+      clusterIPs: [ip],
+      ports: [{ name: "p", protocol: "TCP", port, targetPort: port }],
+    },
+  };
+}
+function slice(name: string, ip: string, port: number): EndpointSlice {
+  return {
+    metadata: { namespace: "ns1", name: `${name}-x`, labels: { "kubernetes.io/service-name": name } },
+    addressType: "IPv4",
+    endpoints: [{ addresses: [ip], conditions: { ready: true } }],
+    ports: [{ name: "p", protocol: "TCP", port }],
+  };
+}
+
+interface Fake {
+  host: ProxierHost;
+  payloads: string[];
+  failNext: number;
+  drift: string | null;
+  ensured: number;
+  lastOwned: OwnedRules | null;
+}
+
+function fakeHost(): Fake {
+  const f: Fake = {
+    payloads: [],
+    failNext: 0,
+    drift: null,
+    ensured: 0,
+    lastOwned: null,
+    host: {
+      restore: (p) => {
+        if (f.failNext > 0) {
+          f.failNext--;
+          return Promise.reject(new Error("iptables-restore failed (IPv4): line 3: boom"));
+        }
+        f.payloads.push(p);
+        return Promise.resolve();
+      },
+      natChains: () => Promise.resolve(new Set(["KUBE-SERVICES", "KUBE-SVC-LEFTOVER0000000"])),
+      ensureBaseRules: () => {
+        f.ensured++;
+        return Promise.resolve();
+      },
+      checkDrift: (owned) => {
+        f.lastOwned = owned;
+        return Promise.resolve(f.drift);
+      },
+    },
+  };
+  return f;
+}
+
+function newProxier(f: Fake) {
+  const metrics = createKubeProxyMetrics(new Registry());
+  const health = { queued: 0, updated: 0 };
+  const p = new Proxier({
+    family: "IPv4",
+    nodeName: "node-a",
+    host: f.host,
+    clock: new FakeClock(),
+    log: quiet,
+    metrics,
+    health: { queuedUpdate: () => health.queued++, updated: () => health.updated++ },
+    minSyncPeriodMs: 1000,
+    syncPeriodMs: 30000,
+    masqueradeAll: false,
+    masqueradeBit: 14,
+    localhostNodePorts: true,
+    nodePortAddresses: [],
+    localDetector: () => newDetectLocalByCIDR("10.0.0.0/8"),
+    features: { randomFully: false, nfacct: false, dropInvalid: true },
+    nodeIPs: () => ["127.0.0.1", "192.168.0.2"],
+    primaryNodeIP: () => "192.168.0.2",
+  });
+  return { p, metrics, health };
+}
+
+const declared = (payload: string) =>
+  payload.split("\n").filter((l) => l.startsWith(":KUBE-S")).map((l) => l.split(" ")[0].slice(1)).filter((
+    c,
+  ) => !c.includes("LEFTOVER"));
+
+test("no rules are written before Services and EndpointSlices are both synced", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onServicesSynced();
+  await p.syncProxyRules();
+  assert.equal(f.payloads.length, 0);
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  assert.equal(f.payloads.length, 1);
+});
+
+test("full sync first, then partial syncs that write only changed services and delete stale chains", async () => {
+  const f = fakeHost();
+  const { p, metrics } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServiceAdd(svc("svc2", "172.30.0.42", 8080));
+  p.onEndpointSliceAdd(slice("svc2", "10.0.2.1", 8080));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  assert.equal(f.ensured, 1, "full sync ensures jump rules");
+  const first = f.payloads[0];
+  assert.equal(declared(first).filter((c) => c.startsWith("KUBE-SVC-")).length, 2);
+  // The leftover chain reported by the kernel on the full sync is flushed and deleted.
+  assert.match(first, /^-X KUBE-SVC-LEFTOVER0000000$/m);
+
+  p.onServiceAdd(svc("svc3", "172.30.0.43", 80));
+  p.onEndpointSliceAdd(slice("svc3", "10.0.3.1", 80));
+  await p.syncProxyRules();
+  const second = f.payloads[1];
+  assert.equal(f.ensured, 1, "partial sync does not touch jump rules");
+  assert.deepEqual(
+    declared(second).filter((c) => /^KUBE-S(VC|EP)-/.test(c)).length,
+    2,
+    "only svc3's SVC and SEP",
+  );
+  assert.equal(
+    (second.match(/cluster IP" -m tcp -p tcp -d 172\.30\.0\.4\d --dport \d+ -j KUBE-SVC/g) ?? []).length,
+    3,
+  );
+
+  p.onServiceDelete(svc("svc2", "172.30.0.42", 8080));
+  p.onEndpointSliceDelete(slice("svc2", "10.0.2.1", 8080));
+  await p.syncProxyRules();
+  const third = f.payloads[2];
+  assert.equal((third.match(/^-X KUBE-S(VC|EP)-/gm) ?? []).length, 2, "svc2's chains deleted");
+  assert.doesNotMatch(third, /172\.30\.0\.42/);
+  assert.equal(metrics.iptablesRestoreFailuresTotal.get({ ip_family: "IPv4" }), 0);
+});
+
+test("a failed partial restore is counted and followed by a full sync", async () => {
+  const f = fakeHost();
+  const { p, metrics } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  p.onServiceAdd(svc("svc2", "172.30.0.42", 80));
+  p.onEndpointSliceAdd(slice("svc2", "10.0.2.1", 80));
+  f.failNext = 1;
+  await p.syncProxyRules();
+  assert.equal(metrics.iptablesRestoreFailuresTotal.get({ ip_family: "IPv4" }), 1);
+  assert.equal(metrics.iptablesPartialRestoreFailuresTotal.get({ ip_family: "IPv4" }), 1);
+  await p.syncProxyRules();
+  const retry = f.payloads.at(-1)!;
+  assert.equal(f.ensured, 2, "retry is a full sync");
+  assert.equal(declared(retry).filter((c) => c.startsWith("KUBE-SVC-")).length, 2, "both services rewritten");
+});
+
+test("drift reported by the host forces a full resync; owned rule counts track what was written", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  assert.equal(await p.checkDrift(), null);
+  assert.equal(f.lastOwned?.get("nat")?.get("KUBE-SERVICES"), 2, "cluster IP rule + nodeports rule");
+  f.drift = "nat KUBE-SERVICES has 0 rules, expected 2";
+  assert.equal(await p.checkDrift(), f.drift);
+  await p.syncProxyRules();
+  assert.equal(f.ensured, 2);
+  assert.equal(declared(f.payloads.at(-1)!).filter((c) => c.startsWith("KUBE-SVC-")).length, 1);
+});
