@@ -103,10 +103,14 @@ export function categorizeEndpoints(
   if (usesCluster) {
     const zone = Object.hasOwn(nodeLabels, LABEL_TOPOLOGY_ZONE) ? nodeLabels[LABEL_TOPOLOGY_ZONE] : "";
     topologyMode = topologyModeFromHints(endpoints, nodeName, zone, preferSameNode);
-    clusterEndpoints = endpoints.filter((ep) => ep.ready && availableForTopology(ep, topologyMode, nodeName, zone));
+    clusterEndpoints = endpoints.filter((ep) =>
+      ep.ready && availableForTopology(ep, topologyMode, nodeName, zone)
+    );
     // No ready endpoint anywhere (topology would have been dropped otherwise): fall back to
     // serving+terminating ones, ignoring topology, to avoid dropping connections.
-    if (clusterEndpoints.length === 0) clusterEndpoints = endpoints.filter((ep) => ep.serving && ep.terminating);
+    if (clusterEndpoints.length === 0) {
+      clusterEndpoints = endpoints.filter((ep) => ep.serving && ep.terminating);
+    }
     if (clusterEndpoints.length > 0) hasAnyEndpoints = true;
   }
 
