@@ -1,1 +1,74 @@
-echo fake build
+#!/usr/bin/env bash
+# Builds dist/edgeproxy, one self-contained executable.
+#
+#   bash compile.sh [--target linux-x64|linux-arm64|bun-linux-...|<deno target triple>]
+#
+# With a Deno runtime (DENORT_BIN set to an executable denort) it uses `deno compile`; otherwise (the
+# normal, offline case: no denort exists on npm or apt) it uses `bun build --compile`. The version comes
+# from package.json through a JSON import, so the binary needs no file at run time. Prints the size;
+# exits non-zero when the build fails or the result does not run.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+target=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --target) [ $# -ge 2 ] || { echo "compile.sh: --target needs a value" >&2; exit 2; }; target="$2"; shift 2 ;;
+    --target=*) target="${1#--target=}"; shift ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compile.sh: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+out=dist/edgeproxy
+mkdir -p dist
+rm -f "$out"
+
+if [ -n "${DENORT_BIN:-}" ] && [ -x "${DENORT_BIN}" ]; then
+  args=(compile -A --no-check --output "$out")
+  case "$target" in
+    "") ;;
+    linux-x64|bun-linux-x64*) args+=(--target x86_64-unknown-linux-gnu) ;;
+    linux-arm64|bun-linux-arm64*) args+=(--target aarch64-unknown-linux-gnu) ;;
+    *) args+=(--target "$target") ;;
+  esac
+  echo "== deno compile (denort: $DENORT_BIN) ${target:+target $target}"
+  DENORT_BIN="$DENORT_BIN" ./node_modules/.bin/deno "${args[@]}" main.ts
+else
+  args=(build --compile --minify --bytecode --format=esm --no-compile-autoload-dotenv --no-compile-autoload-bunfig)
+  case "$target" in
+    "") ;;
+    bun-*) args+=("--target=$target") ;;
+    *) args+=("--target=bun-$target") ;;
+  esac
+  echo "== bun build --compile ${target:+target $target}"
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  # bun exits 0 even when it fails to generate bytecode, so its output is checked too.
+  if ! ./node_modules/.bin/bun "${args[@]}" main.ts --outfile "$out" 2>&1 | tee "$log"; then
+    echo "compile.sh: bun build failed" >&2
+    exit 1
+  fi
+  if grep -qiE '^error:|Failed to generate bytecode' "$log"; then
+    echo "compile.sh: bun build reported an error" >&2
+    exit 1
+  fi
+fi
+
+[ -x "$out" ] || { echo "compile.sh: $out was not produced" >&2; exit 1; }
+bytes=$(stat -c %s "$out")
+echo "$out: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB", b / 1048576 }'))"
+
+# A binary for this machine must at least start and know its version.
+native=""
+case "$(uname -m)" in
+  x86_64) native="x64" ;;
+  aarch64) native="arm64" ;;
+esac
+if [ -z "$target" ] || [[ "$target" == *"$native"* && "$target" != *musl* ]]; then
+  if ! version=$("$out" --version); then
+    echo "compile.sh: $out --version failed" >&2
+    exit 1
+  fi
+  echo "$out --version: $version"
+fi

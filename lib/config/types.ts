@@ -16,12 +16,28 @@ export interface ClientConnectionConfiguration {
   burst: number;
 }
 
+/** One `--vmodule` entry: log at `verbosity` in files matching `filePattern`. */
+export interface VModuleItem {
+  filePattern: string;
+  verbosity: number;
+}
+
+/** logging.options.json / logging.options.text (component-base; alpha options). */
+export interface LoggingFormatOptions {
+  /** A resource.Quantity such as "0", "64Ki". */
+  infoBufferSize: string;
+  /** Present only when true (Go omits false). */
+  splitStream?: boolean;
+}
+
 /** logging (component-base LoggingConfiguration, the fields kube-proxy writes). */
 export interface LoggingConfiguration {
   flushFrequency: DurationMs;
   format: string;
   verbosity: number;
-  options: { json: { infoBufferSize: string }; text: { infoBufferSize: string } };
+  options: { json: LoggingFormatOptions; text: LoggingFormatOptions };
+  /** Present only when non-empty (Go omits an empty list). */
+  vmodule?: VModuleItem[];
 }
 
 /** iptables. */

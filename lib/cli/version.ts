@@ -1,0 +1,13 @@
+/**
+ * edgeproxy's version, taken from package.json at build time: the JSON import is bundled into the
+ * compiled executable, so the binary knows its version without reading any file.
+ */
+import pkg from "../../package.json" with { type: "json" };
+
+/** The package version, e.g. "0.1.0". */
+export const VERSION: string = pkg.version;
+
+/** The line `--version` prints. */
+export function versionLine(): string {
+  return `edgeproxy ${VERSION} (kube-proxy compatible, iptables mode)`;
+}
