@@ -29,6 +29,8 @@ import { startHealthServers } from "./server/health_servers.ts";
 import { ServiceHealthServer } from "./server/service_health.ts";
 import { parseCIDR } from "./config/net.ts";
 import { ApiStats } from "./k8s/stats.ts";
+import { CliConntrackRunner, findConntrackBinary } from "./conntrack/runner.ts";
+import { createConntrackCleaner } from "./proxier/conntrack_cleaner.ts";
 
 /** Fans handler calls out to several handlers (upstream MetaProxier plus the health server's node handler). */
 function fanOut(
@@ -112,6 +114,8 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     healthTimeoutMs: healthTimeoutFor(config.iptables.syncPeriod),
     metrics,
     cacheState,
+    // Without an apiserver the Node may never arrive; do not report the node ineligible for that.
+    nodeEligibleWhenUnknown: options.manifests !== "",
   });
 
   const families = await chooseFamilies(config, dryRun);
@@ -126,6 +130,12 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     hostname: nodeName,
   });
 
+  const conntrackBinary = dryRun ? null : findConntrackBinary();
+  if (!dryRun && conntrackBinary === null) {
+    log.warn(
+      "conntrack binary not found: stale UDP conntrack entries will not be cleaned up (install conntrack)",
+    );
+  }
   const proxiers: Proxier[] = [];
   let node: Node | null = null;
   for (const family of families) {
@@ -161,6 +171,12 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
         metrics,
         health,
         serviceHealth: family === families[0] ? serviceHealth : undefined,
+        conntrack: conntrackBinary === null ? undefined : createConntrackCleaner(
+          family,
+          new CliConntrackRunner({ binary: conntrackBinary }),
+          metrics,
+          Date.now,
+        ),
         minSyncPeriodMs: config.iptables.minSyncPeriod,
         syncPeriodMs: dryRun ? 0 : config.iptables.syncPeriod,
         masqueradeAll: config.iptables.masqueradeAll,

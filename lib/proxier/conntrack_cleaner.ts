@@ -31,13 +31,16 @@ export function createConntrackCleaner(
       svcResult: UpdateServiceMapResult,
       epResult: UpdateEndpointsMapResult,
     ): Promise<number> {
-      const needed = force || svcResult.deletedUDPClusterIPs.size > 0 || epResult.deletedUDPEndpoints.length > 0 ||
+      const needed = force || svcResult.deletedUDPClusterIPs.size > 0 ||
+        epResult.deletedUDPEndpoints.length > 0 ||
         epResult.newlyActiveUDPServices.size > 0 ||
         [...svcResult.updatedServices].some((k) => k.endsWith("/UDP"));
       if (!needed) return 0;
       const start = now();
       const ports: ServicePortEndpoints[] = [];
-      for (const [key, servicePort] of services) ports.push({ servicePort, endpoints: endpoints.get(key) ?? [] });
+      for (const [key, servicePort] of services) {
+        ports.push({ servicePort, endpoints: endpoints.get(key) ?? [] });
+      }
       const result = await reconciler.reconcile(family, ports);
       force = false;
       metrics.reconcileConntrackFlowsLatency.observe({ ip_family: family }, (now() - start) / 1000);

@@ -6,6 +6,11 @@ import type { IPFamily } from "../model/types.ts";
 import { IPTABLES_JUMP_RULES, jumpRuleArgs } from "../iptables/jump_rules_table.ts";
 import type { ProxierHost } from "./proxier.ts";
 
+/** Quotes an argument for a POSIX shell when it needs it, so the printed commands can be pasted. */
+function shellQuote(arg: string): string {
+  return /^[A-Za-z0-9_./:,=+-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
+}
+
 /** Creates a host that writes each payload, headed by a comment naming the family, to `write`. */
 export function createDryRunHost(family: IPFamily, write: (text: string) => void): ProxierHost {
   const bin = family === "IPv4" ? "iptables" : "ip6tables";
@@ -16,7 +21,9 @@ export function createDryRunHost(family: IPFamily, write: (text: string) => void
     },
     natChains: () => Promise.resolve(null),
     ensureBaseRules(): Promise<void> {
-      const lines = IPTABLES_JUMP_RULES.map((r) => `# ${bin} -w 5 -W 100000 ${jumpRuleArgs(r).join(" ")}`);
+      const lines = IPTABLES_JUMP_RULES.map((r) =>
+        `# ${bin} -w 5 -W 100000 -t ${r.table} -I ${r.fromChain} ${jumpRuleArgs(r).map(shellQuote).join(" ")}`
+      );
       write(`# jump rules ensured on full syncs (${family}):\n${lines.join("\n")}\n`);
       return Promise.resolve();
     },
