@@ -132,6 +132,7 @@ export interface WatchEvent<T> {
 /** The label EndpointSlices carry to name their Service. */
 export const LABEL_SERVICE_NAME = "kubernetes.io/service-name";
 /** Label selector upstream kube-proxy uses for Services and EndpointSlices. */
-export const PROXY_LABEL_SELECTOR = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+export const PROXY_LABEL_SELECTOR =
+  "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 /** EndpointSlice annotation feeding kubeproxy_network_programming_duration_seconds. */
 export const ANNOTATION_LAST_CHANGE_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time";

@@ -49,7 +49,11 @@ export async function serveUnixToTcp(path: string, host: string, port: number): 
 }
 
 /** Listens on TCP `host:port` and forwards each connection to the unix socket `path`. */
-export async function serveTcpToUnix(host: string, port: number, path: string): Promise<Bridge & { port: number }> {
+export async function serveTcpToUnix(
+  host: string,
+  port: number,
+  path: string,
+): Promise<Bridge & { port: number }> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     sockets.add(client);

@@ -11,7 +11,7 @@ describe("--help", () => {
 
   it("starts with the version line and a usage", () => {
     assert.equal(lines[0], versionLine());
-    assert.match(help, /\nUsage:\n  edgeproxy \[flags\]\n/);
+    assert.match(help, /\nUsage:\n {2}edgeproxy \[flags\]\n/);
   });
   it("lists every flag that is not deprecated, once, under its group heading", () => {
     for (const f of FLAGS.filter((x) => !x.deprecated)) {
