@@ -51,6 +51,7 @@ export async function startApiserver(
     synced: source.synced,
     stop: async () => {
       await source.stop();
+      transport.close();
     },
   };
 }
