@@ -283,12 +283,12 @@ describe("apiserver source", () => {
     }
   });
 
-  it("refuses poll mode without a positive interval", { timeout: 30_000 }, async () => {
+  it("refuses poll mode without a positive interval", { timeout: 30_000 }, () => {
     const t = new ApiTransport({
       config: {
         server: "http://127.0.0.1:9",
         insecureSkipTlsVerify: false,
-        credentials: { get: async () => ({}), invalidate() {}, description: "none" },
+        credentials: { get: () => Promise.resolve({}), invalidate() {}, description: "none" },
         source: "x",
       },
     });
