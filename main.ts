@@ -74,7 +74,10 @@ async function execute(inv: Invocation): Promise<number> {
     case "run": {
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
       const { runAgent } = await import("./lib/agent.ts");
-      return await runAgent(applyPlatformDefaults(inv.config), inv.options);
+      return await runAgent(applyPlatformDefaults(inv.config), {
+        ...inv.options,
+        configFile: inv.configFile || undefined,
+      });
     }
   }
 }

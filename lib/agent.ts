@@ -4,6 +4,7 @@
  * `runAgent`; everything else is here so the CLI stays wiring-free.
  */
 import { hostname } from "node:os";
+import { stat } from "node:fs/promises";
 import process from "node:process";
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "./config/types.ts";
 import type { Node } from "./k8s/objects.ts";
@@ -274,6 +275,24 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     return code;
   };
 
+  let configWatch: ReturnType<typeof setInterval> | null = null;
+  if (options.configFile && !dryRun) {
+    // Upstream exits when its config file changes so that the DaemonSet (here: systemd) restarts it.
+    const file = options.configFile;
+    const sig = (st: { mtimeMs: number; size: number; ino: number } | null) =>
+      st ? `${st.mtimeMs}/${st.size}/${st.ino}` : "missing";
+    const first = sig(await stat(file).catch(() => null));
+    configWatch = setInterval(async () => {
+      const now = sig(await stat(file).catch(() => null));
+      if (now !== first) {
+        log.error(
+          `content of the configuration file ${file} was updated: exiting so the service manager restarts edgeproxy with it`,
+        );
+        resolveDone(1);
+      }
+    }, 5000);
+  }
+
   const onSignal = (sig: string) => {
     log.info(`received ${sig}, shutting down (rules stay in place)`);
     resolveDone(0);
@@ -281,5 +300,6 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   process.on("SIGTERM", () => onSignal("SIGTERM"));
   process.on("SIGINT", () => onSignal("SIGINT"));
   const code = await done;
+  if (configWatch) clearInterval(configWatch);
   return await shutdown(code);
 }

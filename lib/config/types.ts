@@ -140,4 +140,6 @@ export interface EdgeproxyOptions {
   initOnly: boolean;
   /** How long to wait for the apiserver at start before programming from the state cache. */
   cacheStartDeadline: DurationMs;
+  /** The --config file, watched like upstream: a change ends the process so its supervisor restarts it. */
+  configFile?: string;
 }
