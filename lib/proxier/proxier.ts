@@ -17,7 +17,12 @@ import {
   EndpointsMap,
   type UpdateEndpointsMapResult,
 } from "../model/endpoints_change_tracker.ts";
-import { type RenderFeatures, renderIptablesRules, type RenderResult } from "../iptables/render.ts";
+import {
+  type RenderFeatures,
+  renderIptablesRules,
+  type RenderResult,
+  type RenderState,
+} from "../iptables/render.ts";
 import type { LocalTrafficDetector } from "../iptables/local_detector.ts";
 import { applyPayloadToOwnedRules, type OwnedRules } from "../iptables/owned_rules.ts";
 import { BoundedFrequencyRunner } from "../sync/bounded_frequency_runner.ts";
@@ -124,6 +129,8 @@ export class Proxier implements ProxyHandlers {
   #needFullSync = true;
   #lastFullSyncMs = -Infinity;
   #activeNatChains = new Set<string>();
+  /** What the last applied payload left in the shared chains; makes partial syncs incremental. */
+  #renderState: RenderState | null = null;
   #owned: OwnedRules = new Map();
   #driftTimer: TimerHandle | null = null;
   #stopped = false;
@@ -348,7 +355,7 @@ export class Proxier implements ProxyHandlers {
         full,
         changedServices: changed,
         existingNatChains: existing === null ? null : new Set([...existing, ...this.#activeNatChains]),
-      });
+      }, full ? null : this.#renderState);
       for (const w of result.warnings) o.log.warn(w);
       await o.host.restore(result.payload);
     } catch (e) {
@@ -357,8 +364,10 @@ export class Proxier implements ProxyHandlers {
       );
       o.metrics.iptablesRestoreFailuresTotal.inc({ ip_family: this.family });
       if (!full) o.metrics.iptablesPartialRestoreFailuresTotal.inc({ ip_family: this.family });
-      // The change trackers were drained: only a full sync can bring the kernel back in line.
+      // The change trackers were drained: only a full sync can bring the kernel back in line. Part of
+      // the payload may have been applied (one transaction per table), so the render state is unknown.
       this.#needFullSync = true;
+      this.#renderState = null;
       this.#runner.retryAfter(o.syncPeriodMs);
       return;
     }
@@ -371,6 +380,7 @@ export class Proxier implements ProxyHandlers {
     }
     applyPayloadToOwnedRules(this.#owned, result.payload);
     this.#activeNatChains = result.activeNatChains;
+    this.#renderState = result.state;
     this.#syncs++;
 
     const fam = { ip_family: this.family };
@@ -399,7 +409,9 @@ export class Proxier implements ProxyHandlers {
       }
     }
     o.health.updated(this.family);
-    o.log.debug(`${full ? "full" : "partial"} sync of ${this.family} rules took ${end - start}ms`);
+    o.log.debug(
+      `${result.mode} sync of ${this.family} rules took ${end - start}ms (${result.payload.length} bytes)`,
+    );
 
     o.serviceHealth?.syncServices(this.#svcPortMap.healthCheckNodePorts());
     o.serviceHealth?.syncEndpoints(this.#endpointsMap.localReadyEndpoints());

@@ -1,8 +1,8 @@
 /**
  * Test support for the rule renderer, modelled on upstream's proxier_test.go:
  *  - FakeIptables: an in-memory kernel rule set that applies iptables-restore --noflush payloads
- *    atomically (declared chains are flushed, "-X" refuses referenced chains, jumps need existing chains)
- *    and holds the built-in jump rules;
+ *    atomically (declared chains are flushed, "-X" refuses referenced chains, jumps need existing chains,
+ *    "-D" needs the rule, "-I CHAIN n" needs 1 <= n <= rules + 1) and holds the built-in jump rules;
  *  - tracePacket / checkPacketFlows: upstream's iptablesTracer (follow jumps rule by rule; statistic
  *    rules match and continue so every endpoint is collected; recent/mark/conntrack rules never match);
  *  - fixtures (upstream NewFakeProxier conventions) and FakeProxier, a tiny sync loop around
@@ -19,7 +19,12 @@ import {
   jumpRuleLine,
 } from "../../lib/iptables/jump_rules_table.ts";
 import { cidrContains, parseCIDR, parseIP } from "../../lib/iptables/render_ip.ts";
-import { type RenderInput, renderIptablesRules, type RenderResult } from "../../lib/iptables/render.ts";
+import {
+  type RenderInput,
+  renderIptablesRules,
+  type RenderResult,
+  type RenderState,
+} from "../../lib/iptables/render.ts";
 import { type LocalTrafficDetector, newDetectLocalByCIDR } from "../../lib/iptables/local_detector.ts";
 
 const BUILTIN_CHAINS: Readonly<Record<string, readonly string[]>> = {
@@ -61,6 +66,23 @@ export class FakeIptables {
   /** Rules of a chain, or null when the chain does not exist. */
   rules(table: string, chain: string): readonly ParsedRule[] | null {
     return this.tables.get(table)?.get(chain) ?? null;
+  }
+
+  /**
+   * The whole rule set in a stable text form (iptables-save-like, without counters): tables and chains
+   * sorted by name, rules in chain order. Two FakeIptables are equal when their save() texts are.
+   */
+  save(): string {
+    const out: string[] = [];
+    for (const table of [...this.tables.keys()].sort()) {
+      const chains = this.tables.get(table)!;
+      const names = [...chains.keys()].sort();
+      out.push(`*${table}`);
+      for (const c of names) out.push(`:${c}`);
+      for (const c of names) for (const r of chains.get(c)!) out.push(r.raw);
+      out.push("COMMIT");
+    }
+    return out.join("\n") + "\n";
   }
 
   /** Appends a rule line ("-A CHAIN ...") to an existing chain, as `iptables -A` would. */
@@ -129,6 +151,25 @@ export class FakeIptables {
         if (chain === undefined) fail(`chain ${rule.chain} does not exist`);
         this.checkTarget(chains, rule);
         chain!.push(rule);
+      } else if (line.startsWith("-D ")) {
+        // Delete by rule text: the first rule written with exactly this text (the renderer's contract;
+        // the kernel compares parsed rules, which is the same for our canonical text).
+        const rule = parseRule("-A" + line.slice(2));
+        const chain = chains.get(rule.chain);
+        if (chain === undefined) fail(`chain ${rule.chain} does not exist`);
+        const at = chain!.findIndex((r) => r.raw === rule.raw);
+        if (at < 0) fail("Bad rule (does a matching rule exist in that chain?)");
+        chain!.splice(at, 1);
+      } else if (line.startsWith("-I ")) {
+        const m = /^-I (\S+)(?: (\d+))? (.*)$/.exec(line);
+        if (m === null) fail("bad -I line");
+        const rule = parseRule(`-A ${m![1]} ${m![3]}`);
+        const chain = chains.get(rule.chain);
+        if (chain === undefined) fail(`chain ${rule.chain} does not exist`);
+        const position = m![2] === undefined ? 1 : Number(m![2]);
+        if (position < 1 || position > chain!.length + 1) fail(`Index of insertion too big: ${position}`);
+        this.checkTarget(chains, rule);
+        chain!.splice(position - 1, 0, rule);
       } else if (line.startsWith("-X ")) {
         const name = line.slice(3).trim();
         const chain = chains.get(name);
@@ -456,6 +497,10 @@ export class FakeProxier {
   /** When false, stale chains are not looked up (upstream's large-cluster throttle). */
   cleanupStaleChains = true;
   lastSync: FakeSync | null = null;
+  /** Partial syncs are incremental (the renderer gets the state of the last applied sync). */
+  incremental = false;
+  /** RenderState of the last applied sync (kept only in incremental mode; dropped after a failure). */
+  state: RenderState | null = null;
 
   constructor(options: FakeProxierOptions = {}) {
     const family = options.family ?? "IPv4";
@@ -490,22 +535,27 @@ export class FakeProxier {
   /** Renders and applies one sync; a failed restore makes the next sync full. */
   sync(forceFull = false): FakeSync {
     const full = forceFull || this.needFullSync;
-    const result = renderIptablesRules({
-      ...this.settings,
-      services: this.services,
-      endpoints: this.endpoints,
-      full,
-      changedServices: new Set(this.changed),
-      existingNatChains: this.cleanupStaleChains ? this.ipt.chains("nat") : null,
-    });
+    const result = renderIptablesRules(
+      {
+        ...this.settings,
+        services: this.services,
+        endpoints: this.endpoints,
+        full,
+        changedServices: new Set(this.changed),
+        existingNatChains: this.cleanupStaleChains ? this.ipt.chains("nat") : null,
+      },
+      this.incremental ? this.state : null,
+    );
     this.changed.clear();
     try {
       if (full) this.ipt.ensureJumpRules();
       this.ipt.restore(result.payload);
       this.needFullSync = false;
+      this.state = this.incremental ? result.state : null;
       this.lastSync = { ok: true, full, result, error: null };
     } catch (e) {
       this.needFullSync = true;
+      this.state = null;
       this.lastSync = { ok: false, full, result, error: (e as Error).message };
     }
     return this.lastSync;

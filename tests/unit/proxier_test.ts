@@ -137,17 +137,28 @@ test("full sync first, then partial syncs that write only changed services and d
     2,
     "only svc3's SVC and SEP",
   );
-  assert.equal(
-    (second.match(/cluster IP" -m tcp -p tcp -d 172\.30\.0\.4\d --dport \d+ -j KUBE-SVC/g) ?? []).length,
-    3,
-  );
+  // Incremental: KUBE-SERVICES is not re-declared; svc3's jump is inserted where a full sync puts it
+  // (after svc1's and svc2's), and nothing else is written to it.
+  assert.doesNotMatch(second, /^:KUBE-SERVICES /m);
+  assert.deepEqual(second.split("\n").filter((l) => / KUBE-SERVICES /.test(l)), [
+    '-I KUBE-SERVICES 3 -m comment --comment "ns1/svc3:p cluster IP" -m tcp -p tcp -d 172.30.0.43 --dport 80 -j KUBE-SVC-QVFWI4RMN45JYPT2',
+  ]);
 
   p.onServiceDelete(svc("svc2", "172.30.0.42", 8080));
   p.onEndpointSliceDelete(slice("svc2", "10.0.2.1", 8080));
   await p.syncProxyRules();
   const third = f.payloads[2];
   assert.equal((third.match(/^-X KUBE-S(VC|EP)-/gm) ?? []).length, 2, "svc2's chains deleted");
-  assert.doesNotMatch(third, /172\.30\.0\.42/);
+  // svc2's jump is deleted by its exact text; nothing adds a rule for it.
+  assert.match(
+    third,
+    /^-D KUBE-SERVICES -m comment --comment "ns1\/svc2:p cluster IP" -m tcp -p tcp -d 172\.30\.0\.42 --dport 8080 -j KUBE-SVC-/m,
+  );
+  assert.doesNotMatch(third, /^-[AI] .*172\.30\.0\.42/m);
+  assert.doesNotMatch(third, /^:KUBE-SERVICES /m);
+  // Owned rule counts follow the -I/-D edits: svc1, svc3 and the nodeports jump.
+  assert.equal(await p.checkDrift(), null);
+  assert.equal(f.lastOwned?.get("nat")?.get("KUBE-SERVICES"), 3);
   assert.equal(metrics.iptablesRestoreFailuresTotal.get({ ip_family: "IPv4" }), 0);
 });
 
@@ -169,6 +180,33 @@ test("a failed partial restore is counted and followed by a full sync", async ()
   const retry = f.payloads.at(-1)!;
   assert.equal(f.ensured, 2, "retry is a full sync");
   assert.equal(declared(retry).filter((c) => c.startsWith("KUBE-SVC-")).length, 2, "both services rewritten");
+  assert.match(retry, /^:KUBE-SERVICES /m, "the full retry re-declares KUBE-SERVICES");
+  // The next partial sync is incremental again, based on the retry's state.
+  p.onServiceAdd(svc("svc3", "172.30.0.43", 80));
+  p.onEndpointSliceAdd(slice("svc3", "10.0.3.1", 80));
+  await p.syncProxyRules();
+  const next = f.payloads.at(-1)!;
+  assert.doesNotMatch(next, /^:KUBE-SERVICES /m);
+  assert.match(next, /^-I KUBE-SERVICES 3 .*"ns1\/svc3:p cluster IP"/m);
+});
+
+test("a failed incremental restore is followed by a full sync, not by edits against a guessed state", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  p.onServiceDelete(svc("svc1", "172.30.0.41", 80));
+  f.failNext = 1; // e.g. "-D … Bad rule (does a matching rule exist in that chain?)"
+  await p.syncProxyRules();
+  await p.syncProxyRules();
+  const retry = f.payloads.at(-1)!;
+  assert.equal(f.ensured, 2, "retry is a full sync");
+  assert.doesNotMatch(retry, /^-[DI] /m, "no edits against a state that may not be in the kernel");
+  assert.match(retry, /^:KUBE-SERVICES /m);
+  assert.doesNotMatch(retry, /172\.30\.0\.41/);
 });
 
 test("drift reported by the host forces a full resync; owned rule counts track what was written", async () => {
