@@ -5,7 +5,7 @@
  */
 import type { IPFamily } from "../model/types.ts";
 import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
-import { payloadOf, splitRestorePayload, UnplannablePayloadError } from "../iptables/restore_plan.ts";
+import { restorePlanned } from "../iptables/restore_plan.ts";
 import { chainNamesFromSave } from "../iptables/save_parse.ts";
 import { DEFAULT_ENSURED_JUMP_RULES, ensureJumpRules } from "../iptables/jump_rules.ts";
 import { canaryFlushed, ensureCanary } from "../iptables/canary.ts";
@@ -38,14 +38,9 @@ export function iptablesHost(runner: IptablesRunner): ProxierHost {
   let cursor = 0;
   return {
     async restore(payload: string): Promise<void> {
-      let text = payload;
-      try {
-        text = payloadOf(splitRestorePayload(payload, { backend: runner.version.backend }));
-      } catch (e) {
-        // Incremental partial syncs (-D/-I lines) are small and go in as one transaction.
-        if (!(e instanceof UnplannablePayloadError)) throw e;
-      }
-      await runner.restore(text);
+      // Large full syncs go in as bounded make-before-break transactions; incremental partial syncs
+      // (-D/-I lines, small) go in unchanged as one transaction.
+      await restorePlanned(runner, payload);
     },
     async natChains(): Promise<Set<string>> {
       return chainNamesFromSave(await runner.save("nat"), "nat");
