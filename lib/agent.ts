@@ -110,7 +110,10 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
         : null,
     }),
   };
-  createEdgeproxyMetrics(registry, { apiserverStats: options.manifests ? undefined : apiStats, cacheState });
+  const edgeMetrics = createEdgeproxyMetrics(registry, {
+    apiserverStats: options.manifests ? undefined : apiStats,
+    cacheState,
+  });
   const health = new ProxyHealthServer({
     healthTimeoutMs: healthTimeoutFor(config.iptables.syncPeriod),
     metrics,
@@ -188,6 +191,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
         features,
         nodeIPs: () => (dryRun ? [] : localAddresses(family)),
         primaryNodeIP: () => primaryNodeIP(family, node, config.bindAddress),
+        onDrift: (fam) => edgeMetrics.driftRepairsTotal.inc({ ip_family: fam }),
         onSynced: (info) => {
           if (dryRun) {
             printed.add(info.family);
