@@ -91,7 +91,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
 
   if (!dryRun) {
     const { privilegedInit } = await import("./proxier/privileged_init.ts");
-    await privilegedInit(config, (m) => log.info(m), (m) => log.warn(m));
+    await privilegedInit(config);
     if (options.initOnly) return 0;
   }
 
@@ -141,6 +141,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     );
   }
   const proxiers: Proxier[] = [];
+  const detectorWarnings = new Set<string>(); // each detector warning once, not on every Node update
   let node: Node | null = null;
   for (const family of families) {
     let host: ProxierHost;
@@ -162,7 +163,11 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
         bridgeInterface: config.detectLocal.bridgeInterface,
         interfaceNamePrefix: config.detectLocal.interfaceNamePrefix,
       });
-      if (choice.warning && (mode !== "NodeCIDR" || n !== null)) log.warn(`${family}: ${choice.warning}`);
+      const warning = choice.warning ? `${family}: ${choice.warning}` : null;
+      if (warning && (mode !== "NodeCIDR" || n !== null) && !detectorWarnings.has(warning)) {
+        detectorWarnings.add(warning);
+        log.warn(warning);
+      }
       return choice.detector;
     };
     proxiers.push(

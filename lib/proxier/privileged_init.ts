@@ -13,12 +13,8 @@ import {
   type SetupReport,
 } from "../conntrack/setup.ts";
 
-/** Applies the privileged settings; reports each change with `info` and each problem with `warn`. */
-export async function privilegedInit(
-  config: KubeProxyConfiguration,
-  info: (m: string) => void,
-  warn: (m: string) => void,
-): Promise<void> {
+/** Applies the privileged settings (each step logs its own changes and warnings); returns the reports. */
+export async function privilegedInit(config: KubeProxyConfiguration): Promise<SetupReport[]> {
   const sysctl = new ProcSysctl();
   const reports: SetupReport[] = [
     await applyOOMScoreAdj(config.oomScoreAdj),
@@ -26,8 +22,5 @@ export async function privilegedInit(
   ];
   if (config.iptables.localhostNodePorts) reports.push(await ensureRouteLocalnet(sysctl));
   reports.push(await checkBridgeNfCallIptables(sysctl));
-  for (const r of reports) {
-    for (const c of r.changed) info(c);
-    for (const w of r.warnings) warn(w);
-  }
+  return reports;
 }

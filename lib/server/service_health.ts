@@ -66,6 +66,12 @@ function splitKey(key: string): { namespace: string; name: string } | null {
   return { namespace: key.slice(0, i), name: key.slice(i + 1) };
 }
 
+/** A valid local endpoint count for `key`, or 0. */
+function countOf(counts: ReadonlyMap<string, number>, key: string): number {
+  const n = counts.get(key);
+  return n !== undefined && Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
+}
+
 /** Manages the health-check node-port listeners. */
 export class ServiceHealthServer {
   readonly #opts: ServiceHealthServerOptions;
@@ -76,6 +82,8 @@ export class ServiceHealthServer {
   /** syncServices calls run one after another (closing must finish before a port is reopened). */
   #queue: Promise<void> = Promise.resolve();
   #stopped = false;
+  /** The last counts given to syncEndpoints, for listeners that finish opening afterwards. */
+  #lastEndpoints: ReadonlyMap<string, number> = new Map();
 
   constructor(opts: ServiceHealthServerOptions) {
     this.#opts = opts;
@@ -137,7 +145,8 @@ export class ServiceHealthServer {
         await this.#closeAll(key, listeners);
         return;
       }
-      this.#services.set(key, { ...nsn, port, listeners, endpoints: 0 });
+      // Endpoints may have been reported before the listener finished opening (same sync): start from them.
+      this.#services.set(key, { ...nsn, port, listeners, endpoints: countOf(this.#lastEndpoints, key) });
     }
   }
 
@@ -146,10 +155,8 @@ export class ServiceHealthServer {
    * Services without a listener are ignored.
    */
   syncEndpoints(newEndpoints: ReadonlyMap<string, number>): void {
-    for (const [key, svc] of this.#services) {
-      const n = newEndpoints.get(key);
-      svc.endpoints = n !== undefined && Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
-    }
+    this.#lastEndpoints = new Map(newEndpoints);
+    for (const [key, svc] of this.#services) svc.endpoints = countOf(newEndpoints, key);
   }
 
   /** Open health checks: "namespace/name" → port and bound addresses. */

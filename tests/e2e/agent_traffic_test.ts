@@ -240,10 +240,7 @@ describe("edgeproxy agent e2e: Service traffic through a real node", { skip: ski
     assert.equal(h.headers["x-content-type-options"], "nosniff");
   });
 
-  it("health-check node port counts the local endpoint (200) of a LoadBalancer added while running", {
-    todo: "agent bug: Proxier calls serviceHealth.syncEndpoints() without awaiting syncServices(), so a " +
-      "health check whose listener opens after it keeps localEndpoints 0 (503) until some later sync",
-  }, async () => {
+  it("health-check node port counts the local endpoint (200) of a LoadBalancer added while running", async () => {
     // The EndpointSlice first, so that one sync sees the Service together with its endpoint.
     c.apiserver.create(
       "endpointslices",

@@ -116,8 +116,8 @@ describe("service health-check node ports", () => {
       const moved = await probe(`http://127.0.0.1:${p3}/`);
       assert.equal(
         moved.status,
-        503,
-        "a reopened listener starts at 0 endpoints until the next syncEndpoints",
+        200,
+        "a reopened listener starts from the last reported endpoint count",
       );
       assert.match(moved.body, /"name": "two"/);
 
@@ -215,5 +215,23 @@ describe("service health-check node ports", () => {
     await shs.syncServices(new Map([["ns/late", port]]));
     assert.equal(shs.listening().size, 0);
     await assert.rejects(fetch(`http://127.0.0.1:${port}/`));
+  });
+});
+
+describe("ServiceHealthServer: endpoints reported before a listener opens", () => {
+  it("a listener that opens after syncEndpoints starts from the reported count", async () => {
+    const server = new ServiceHealthServer({ proxyHealthy: () => true, nodeIPs: ["127.0.0.1"] });
+    try {
+      const port = await freePort();
+      const opened = server.syncServices(new Map([["ns/lb", port]]));
+      // Same sync: the counts arrive while the listener is still being opened.
+      server.syncEndpoints(new Map([["ns/lb", 2]]));
+      await opened;
+      const res = await fetch(`http://127.0.0.1:${port}/`);
+      assert.equal(res.status, 200);
+      assert.equal(JSON.parse(await res.text()).localEndpoints, 2);
+    } finally {
+      await server.stop();
+    }
   });
 });
