@@ -1,9 +1,12 @@
 /**
  * iptables chain names, exactly as upstream kube-proxy derives them (pkg/proxy/iptables/proxier.go):
  * a fixed prefix plus the first 16 characters of base32(sha256(servicePortName + protocol [+ endpoint])).
- * Hashes are cached across syncs because a large cluster recomputes tens of thousands per sync.
+ *
+ * No cache here: the renderer keeps each service port's hashes in its RenderState (16 characters per
+ * chain, keyed by the service port) and re-hashes only service ports that changed, which costs far less
+ * memory than a process-wide map from hash input to hash (10–14 MB at 50k endpoints).
  */
-import { createHash } from "node:crypto";
+import { sha256Base32Prefix16 } from "./render_hash.ts";
 
 /** nat/filter: entry chain for service portals. */
 export const KUBE_SERVICES = "KUBE-SERVICES";
@@ -55,25 +58,14 @@ export function base32Encode(bytes: Uint8Array): string {
   return out;
 }
 
-/** Upper bound on cached hashes; the cache is dropped wholesale when it is reached (cheap, no LRU). */
-const HASH_CACHE_LIMIT = 500_000;
-const hashCache = new Map<string, string>();
-
+/** The first 16 base32 characters of sha256(input) (allocation-free SHA-256, see render_hash.ts). */
 function hash16(input: string): string {
-  let h = hashCache.get(input);
-  if (h === undefined) {
-    const digest = createHash("sha256").update(input, "utf8").digest();
-    h = base32Encode(new Uint8Array(digest.buffer, digest.byteOffset, 20)).slice(0, 16);
-    if (hashCache.size >= HASH_CACHE_LIMIT) hashCache.clear();
-    hashCache.set(input, h);
-  }
-  return h;
+  return sha256Base32Prefix16(input);
 }
 
 /**
  * Upstream portProtoHash: base32(sha256(servicePortName + protocol))[:16].
  * `servicePortName` is "ns/name[:port]", `protocol` lower-case ("tcp", "udp", "sctp").
- * (Only the first 20 digest bytes are encoded: 16 base32 characters need 80 bits.)
  */
 export function portProtoHash(servicePortName: string, protocol: string): string {
   return hash16(servicePortName + protocol);
@@ -108,7 +100,12 @@ export function servicePortEndpointChain(
   protocol: string,
   endpoint: string,
 ): string {
-  return SEP_PREFIX + hash16(servicePortName + protocol + endpoint);
+  return SEP_PREFIX + endpointHash(servicePortName, protocol, endpoint);
+}
+
+/** The 16-character hash of an endpoint chain name (KUBE-SEP-<hash>); arguments as servicePortEndpointChain. */
+export function endpointHash(servicePortName: string, protocol: string, endpoint: string): string {
+  return hash16(servicePortName + protocol + endpoint);
 }
 
 /** The four per-service-port chain names (they share one hash). */
@@ -121,12 +118,16 @@ export interface ServicePortChains {
 
 /** All per-service-port chain names for a service port name and lower-case protocol. */
 export function servicePortChains(servicePortName: string, protocol: string): ServicePortChains {
-  const h = portProtoHash(servicePortName, protocol);
+  return chainsForHash(portProtoHash(servicePortName, protocol));
+}
+
+/** The per-service-port chain names for an already computed portProtoHash. */
+export function chainsForHash(hash: string): ServicePortChains {
   return {
-    clusterPolicy: SVC_PREFIX + h,
-    localPolicy: SVL_PREFIX + h,
-    external: EXT_PREFIX + h,
-    firewall: FW_PREFIX + h,
+    clusterPolicy: SVC_PREFIX + hash,
+    localPolicy: SVL_PREFIX + hash,
+    external: EXT_PREFIX + hash,
+    firewall: FW_PREFIX + hash,
   };
 }
 

@@ -13,7 +13,9 @@
  * order, and rule n of a service port's block in a chain lands at 1 + (rules of earlier keys in that
  * chain) + n. So after the payload each shared chain equals, rule for rule and in order, what a full sync
  * writes. All `-D` lines come first (a delete by rule text does not need a position), then the `-I`
- * lines in key order, which keeps every computed position valid (earlier keys are final by then).
+ * lines in key order, which keeps every computed position valid (earlier keys are final by then). The
+ * rule counts of earlier keys come from prefix sums kept in the state (render_positions.ts), so only the
+ * changed service ports are visited.
  *
  * A `-D` line is the `-A` line of the previous sync re-rendered from the same ServicePortInfo and flags
  * (render_shared.ts), so it is byte-identical to what was added. If the kernel lacks the rule,
@@ -24,10 +26,10 @@
  * removes the first copy, which leaves the right rules in a possibly different order in filter
  * KUBE-NODEPORTS (all of them ACCEPT, so order is irrelevant there).
  */
-import type { ServicePortInfo } from "../model/types.ts";
 import { servicePortNameString } from "../model/types.ts";
-import { servicePortChains } from "./chain_names.ts";
-import { type RenderState, sameRules } from "./render_state.ts";
+import { chainsForHash } from "./chain_names.ts";
+import { sameRules, type ServicePortFacts } from "./render_state.ts";
+import type { SharedChainPositions } from "./render_positions.ts";
 import {
   SHARED_CHAIN_COUNT,
   SHARED_CHAIN_NAME,
@@ -95,8 +97,9 @@ export function diffBlock(
 }
 
 /**
- * Walks the current service ports in sorted key order alongside the previous state's and collects the
- * shared-chain edits. Call `servicePort` once per current key, in order, then `finish`.
+ * Collects the shared-chain edits of one incremental sync. The caller reports, in key order, every
+ * previous service port that is gone (`removed`) and every current one it processed (`servicePort`);
+ * service ports it did not process keep their rules and positions.
  */
 export class SharedChainDiff {
   /** Edits of the filter table's shared chains. */
@@ -108,50 +111,27 @@ export class SharedChainDiff {
   /** Service ports whose shared rules changed (added, removed or edited). */
   changedServicePorts = 0;
 
-  readonly #prev: RenderState;
+  readonly #prevNfacct: boolean;
   readonly #sameNfacct: boolean;
-  #oi = 0;
-  /** Rules of already processed keys (in their new form) per shared chain. */
-  readonly #pos: number[] = new Array(SHARED_CHAIN_COUNT).fill(0);
   readonly #old: string[][] = Array.from({ length: SHARED_CHAIN_COUNT }, () => []);
   readonly #none: string[][] = Array.from({ length: SHARED_CHAIN_COUNT }, () => []);
   readonly #sinkOld = (c: SharedChain, line: string) => {
     this.#old[c].push(line);
   };
 
-  constructor(previous: RenderState, localhostNodePortsNfacct: boolean) {
-    this.#prev = previous;
-    this.#sameNfacct = previous.localhostNodePortsNfacct === localhostNodePortsNfacct;
+  /** `previous` localhost NodePort counters switch of the last sync, `current` of this one. */
+  constructor(previousNfacct: boolean, currentNfacct: boolean) {
+    this.#prevNfacct = previousNfacct;
+    this.#sameNfacct = previousNfacct === currentNfacct;
   }
 
-  /** The next current service port: its key, what it was rendered from, flags and rules per shared chain. */
-  servicePort(key: string, svc: ServicePortInfo | null, flags: number, lines: readonly string[][]): void {
-    const prev = this.#prev;
-    while (this.#oi < prev.keys.length && prev.keys[this.#oi] < key) this.#removed(this.#oi++);
-    if (this.#oi < prev.keys.length && prev.keys[this.#oi] === key) {
-      const i = this.#oi++;
-      if (prev.services[i] === svc && prev.flags[i] === flags && this.#sameNfacct) {
-        for (let c = 0; c < SHARED_CHAIN_COUNT; c++) this.#pos[c] += lines[c].length;
-        return;
-      }
-      this.#apply(this.#render(i), lines);
-    } else {
-      this.#apply(this.#none, lines);
-    }
-  }
-
-  /** Deletes the rules of previous keys that no longer exist. */
-  finish(): void {
-    const prev = this.#prev;
-    while (this.#oi < prev.keys.length) this.#removed(this.#oi++);
-  }
-
-  #removed(i: number): void {
-    const old = this.#render(i);
+  /** A previous service port that no longer exists: its rules are deleted. */
+  removed(old: ServicePortFacts): void {
+    const lines = this.#render(old);
     let any = false;
     for (let c = 0; c < SHARED_CHAIN_COUNT; c++) {
       const edits = SHARED_CHAIN_TABLE[c] === "filter" ? this.filter : this.nat;
-      for (const l of old[c]) {
+      for (const l of lines[c]) {
         edits.deletes.push(deleteLine(l));
         any = true;
       }
@@ -159,36 +139,46 @@ export class SharedChainDiff {
     if (any) this.changedServicePorts++;
   }
 
-  /** Re-renders previous key i's shared rules into the scratch lists. */
-  #render(i: number): string[][] {
-    for (const l of this.#old) l.length = 0;
-    const svc = this.#prev.services[i];
-    if (svc === null) return this.#old;
-    const spn = servicePortNameString(svc.name);
-    const protocol = svc.protocol.toLowerCase();
-    writeSharedRules(
-      this.#sinkOld,
-      svc,
-      spn,
-      protocol,
-      servicePortChains(spn, protocol),
-      this.#prev.flags[i],
-      this.#prev.localhostNodePortsNfacct,
-    );
-    return this.#old;
-  }
-
-  #apply(before: readonly string[][], after: readonly string[][]): void {
+  /**
+   * A current service port processed this sync: `old` its previous facts (null when new), `now` its
+   * facts, `after` its rules per shared chain; its blocks start after `positions.before(c, index)` rules.
+   */
+  servicePort(
+    old: ServicePortFacts | null,
+    now: ServicePortFacts,
+    after: readonly (readonly string[])[],
+    positions: SharedChainPositions,
+    index: number,
+  ): void {
+    // The rules are a function of the ServicePortInfo, the flags and the nfacct switch.
+    if (old !== null && old.svc === now.svc && old.flags === now.flags && this.#sameNfacct) return;
+    const before = old === null ? this.#none : this.#render(old);
     let changed = false;
     for (let c = 0; c < SHARED_CHAIN_COUNT; c++) {
       const table = SHARED_CHAIN_TABLE[c];
       const edits = table === "filter" ? this.filter : this.nat;
       const d = edits.deletes.length;
-      const n = diffBlock(SHARED_CHAIN_NAME[c], before[c], after[c], this.#pos[c], edits);
+      if (before[c].length === 0 && after[c].length === 0) continue;
+      const n = diffBlock(SHARED_CHAIN_NAME[c], before[c], after[c], positions.before(c, index), edits);
       this.inserted[table] += n;
       if (n > 0 || edits.deletes.length > d) changed = true;
-      this.#pos[c] += after[c].length;
     }
     if (changed) this.changedServicePorts++;
+  }
+
+  /** Re-renders a previous service port's shared rules into the scratch lists. */
+  #render(f: ServicePortFacts): string[][] {
+    for (const l of this.#old) l.length = 0;
+    if (f.problem !== null) return this.#old;
+    writeSharedRules(
+      this.#sinkOld,
+      f.svc,
+      servicePortNameString(f.svc.name),
+      f.svc.protocol.toLowerCase(),
+      chainsForHash(f.hash),
+      f.flags,
+      this.#prevNfacct,
+    );
+    return this.#old;
   }
 }

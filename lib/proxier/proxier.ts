@@ -335,7 +335,8 @@ export class Proxier implements ProxyHandlers {
     try {
       if (full) await o.host.ensureBaseRules();
       // Stale chains: on full syncs ask the kernel (leftovers of an earlier process); on partial syncs
-      // what we created is enough, which saves an iptables-save per sync.
+      // what we created is enough, which saves an iptables-save per sync. Handing the renderer its own
+      // previous set (not a copy) lets it find them from the changed service ports alone.
       const existing = full ? await o.host.natChains() : this.#activeNatChains;
       const changed = new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]);
       result = renderIptablesRules({
@@ -354,8 +355,11 @@ export class Proxier implements ProxyHandlers {
         features: o.features,
         full,
         changedServices: changed,
-        existingNatChains: existing === null ? null : new Set([...existing, ...this.#activeNatChains]),
-      }, full ? null : this.#renderState);
+        existingNatChains: !full || existing === null
+          ? existing
+          : new Set([...existing, ...this.#activeNatChains]),
+        // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
+      }, this.#renderState);
       for (const w of result.warnings) o.log.warn(w);
       await o.host.restore(result.payload);
     } catch (e) {
