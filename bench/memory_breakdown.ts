@@ -1,0 +1,72 @@
+/**
+ * Where the agent's memory goes at a given size, measured in-process step by step (heap after a forced
+ * GC, and RSS): the API objects as the informers hold them (parsed from JSON, like a LIST response), the
+ * model (change trackers, EndpointSliceCache, ServicePortMap, EndpointsMap), the full payload, its
+ * make-before-break split, and the owned-rules index the drift check keeps.
+ *
+ *   bun bench/memory_breakdown.ts [--services=10000]
+ *
+ * Run it under Bun (the agent's runtime); under Deno add --v8-flags=--expose-gc. A diagnostic for
+ * README.md, not part of results.json.
+ */
+import { parseArgs } from "node:util";
+import process from "node:process";
+import { renderIptablesRules } from "../lib/iptables/render.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/iptables/owned_rules.ts";
+import { syntheticCluster } from "./synthetic_cluster.ts";
+import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
+import { loadSplitter } from "./render_bench.ts";
+import { round } from "./stats.ts";
+
+/** Forces a full GC where the runtime allows it (Bun.gc, or V8's gc with --expose-gc). */
+function gc(): void {
+  const g = globalThis as { Bun?: { gc(sync: boolean): void }; gc?: () => void };
+  if (g.Bun) g.Bun.gc(true);
+  else g.gc?.();
+}
+
+/** Heap used and RSS after a GC, in MiB. */
+function sample(): { heap: number; rss: number } {
+  gc();
+  const m = process.memoryUsage();
+  return { heap: m.heapUsed / 2 ** 20, rss: m.rss / 2 ** 20 };
+}
+
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: { services: { type: "string", default: "10000" } },
+});
+const n = Number(values.services);
+const rows: Array<[string, number, number]> = [];
+let prev = sample();
+const step = (name: string) => {
+  const now = sample();
+  rows.push([name, round(now.heap - prev.heap), round(now.rss)]);
+  prev = now;
+};
+step("baseline (modules loaded)");
+
+// The informers hold objects decoded from the apiserver's JSON, not the generator's shared literals.
+const generated = syntheticCluster({ services: n });
+const cluster = JSON.parse(JSON.stringify(generated)) as typeof generated;
+step(`API objects (${cluster.services.length} Services, ${cluster.endpointSlices.length} EndpointSlices)`);
+const model = buildClusterModel(cluster);
+step("model (trackers, slice cache, ServicePortMap, EndpointsMap)");
+const full = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
+step(`full render result (payload ${round(full.payload.length / 2 ** 20)} MiB as a string, state, chains)`);
+const splitter = await loadSplitter();
+let split: unknown = null;
+if (splitter.split) {
+  split = splitter.split(full.payload);
+  step("split plan payload (restore_plan.ts)");
+}
+const owned: OwnedRules = new Map();
+applyPayloadToOwnedRules(owned, full.payload);
+step("owned-rules index (drift check)");
+
+process.stdout.write(`memory at ${n} Services (heap deltas after GC; RSS of this process)\n`);
+for (const [name, heap, rss] of rows) {
+  process.stdout.write(`  ${name.padEnd(90)} heap +${String(heap).padStart(7)} MiB   rss ${rss} MiB\n`);
+}
+// Keep everything alive until the end of the measurement.
+if (split === undefined || owned.size < 0 || model.services.size < 0) process.exit(1);
