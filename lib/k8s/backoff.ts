@@ -2,7 +2,9 @@
  * Exponential backoff with jitter, modelled on client-go's reflector backoff manager
  * (wait.NewExponentialBackoffManager(800ms, 30s, 2m, 2.0, 1.0)): the base delay doubles from 800 ms up to
  * 30 s, each wait adds up to `jitter` × base of random extra, and after `resetAfterMs` without any backoff
- * the apiserver is assumed healthy again and the base returns to the start.
+ * the apiserver is assumed healthy again and the base returns to the start. Unlike client-go, the jittered
+ * wait is capped at `maxMs` too (client-go waits up to 2 × 30 s): an edge node whose apiserver comes back
+ * should not sit out a minute before noticing.
  */
 
 /** Tunables of a {@link Backoff}; every field has client-go's default. */
@@ -13,7 +15,7 @@ export interface BackoffOptions {
   maxMs?: number;
   /** Base multiplier per consecutive failure. Default 2. */
   factor?: number;
-  /** Random extra as a fraction of the base: the wait is in [base, base × (1 + jitter)). Default 1.0. */
+  /** Random extra as a fraction of the base: the wait is in [base, min(maxMs, base × (1 + jitter))). Default 1.0. */
   jitter?: number;
   /** After this long (ms) without calling next(), start again from initialMs. Default 120 000. */
   resetAfterMs?: number;
@@ -54,7 +56,7 @@ export class Backoff {
     if (this.#base === 0 || now - this.#lastAt > this.#o.resetAfterMs) this.#base = this.#o.initialMs;
     else this.#base = Math.min(this.#base * this.#o.factor, this.#o.maxMs);
     this.#lastAt = now;
-    return Math.round(this.#base * (1 + this.#o.jitter * this.#o.random()));
+    return Math.min(this.#o.maxMs, Math.round(this.#base * (1 + this.#o.jitter * this.#o.random())));
   }
 
   /** Forgets past failures: the next delay starts from initialMs again. */

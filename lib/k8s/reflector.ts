@@ -9,7 +9,8 @@
  * - exponential backoff with jitter (800 ms → 30 s, reset after 2 min without failures) for errors, 429
  *   (with Retry-After), 5xx and refused connections; 401/403 logged once per streak;
  * - a watchdog that aborts a watch silent for longer than its timeout plus a margin;
- * - malformed lines and objects are logged with the resource and skipped.
+ * - malformed objects are logged with the resource and skipped; a garbled line (not a watch event at
+ *   all) is logged and the watch resumes from the last good resourceVersion, so its event is not lost.
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
@@ -223,8 +224,14 @@ export interface ReflectorOptions<T extends KubeObject> {
   store?: ObjectStore<T>;
 }
 
+/** Pause before resuming a watch that delivered a garbled line. */
+const GARBLED_RESUME_MS = 500;
+/** A second garbled line within this window counts as a failure (backoff). */
+const GARBLED_REPEAT_MS = 10_000;
+
 type WatchOutcome =
   | { kind: "closed" }
+  | { kind: "garbled"; error: Error }
   | { kind: "expired"; why: string }
   | { kind: "error"; error: unknown }
   | { kind: "stopped" };
@@ -307,6 +314,7 @@ export class Reflector<T extends KubeObject> {
   #lists = 0;
   #watches = 0;
   #listedAt = Number.NEGATIVE_INFINITY;
+  #garbledAt = Number.NEGATIVE_INFINITY;
 
   /** Nothing happens until {@link start}. */
   constructor(opts: ReflectorOptions<T>) {
@@ -384,6 +392,14 @@ export class Reflector<T extends KubeObject> {
           return;
         case "closed":
           break; // the server ended the watch (timeoutSeconds): resume at once from the last resourceVersion
+        case "garbled":
+          // A garbled line is not the apiserver failing: resume soon, without the failure backoff, unless
+          // garbage keeps coming (then it is treated as a failure and backs off).
+          if (Date.now() - this.#garbledAt < GARBLED_REPEAT_MS) {
+            await this.#failures.fail("watch", out.error, signal);
+          } else await sleep(GARBLED_RESUME_MS, signal).catch(() => {});
+          this.#garbledAt = Date.now();
+          break;
         case "expired":
           this.#log.info(`watch ${this.#spec.resource}: ${out.why}; listing again`);
           needList = true;
@@ -547,15 +563,24 @@ export class Reflector<T extends KubeObject> {
     const line = raw.trim();
     if (!line) return null;
     let ev: unknown;
+    // A line that is not a watch event at all was garbled on the way: the event it carried is lost, so
+    // skipping it would leave the store behind until some later relist. End this watch instead; the
+    // next one resumes from the last good resourceVersion and the apiserver sends that event again.
     try {
       ev = JSON.parse(line);
     } catch {
       this.sink.malformed("watch", "line is not JSON", line);
-      return null;
+      return {
+        kind: "garbled",
+        error: new Error(`watch ${this.#spec.resource}: garbled line; resuming from ${this.#rv}`),
+      };
     }
     if (typeof ev !== "object" || ev === null || typeof (ev as { type?: unknown }).type !== "string") {
       this.sink.malformed("watch", "line is not a watch event", line);
-      return null;
+      return {
+        kind: "garbled",
+        error: new Error(`watch ${this.#spec.resource}: garbled line; resuming from ${this.#rv}`),
+      };
     }
     const { type, object } = ev as { type: string; object: unknown };
     if (typeof object !== "object" || object === null) {

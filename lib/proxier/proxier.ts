@@ -135,6 +135,9 @@ export class Proxier implements ProxyHandlers {
   #driftTimer: TimerHandle | null = null;
   #stopped = false;
   #syncs = 0;
+  /** Syncs started, and whether one is running: a drift check that overlaps a sync is discarded. */
+  #syncStarts = 0;
+  #syncing = false;
 
   constructor(o: ProxierOptions) {
     this.#o = o;
@@ -301,9 +304,16 @@ export class Proxier implements ProxyHandlers {
    * watches its canary chain) and forces a full sync when they differ. Returns the reason, or null.
    */
   async checkDrift(): Promise<string | null> {
-    if (this.#syncs === 0 || this.#needFullSync) return null;
+    if (this.#syncs === 0 || this.#needFullSync || this.#syncing) return null;
+    const generation = this.#syncStarts;
     try {
       const reason = await this.#o.host.checkDrift(this.#owned);
+      if (this.#syncing || this.#syncStarts !== generation) {
+        // A sync changed the kernel and our expectation while the check was reading: the comparison
+        // mixes two states, so it proves nothing either way. The next period checks again.
+        this.#o.log.debug(`drift check (${this.family}) overlapped a sync; result discarded`);
+        return null;
+      }
       if (reason !== null) {
         this.#o.onDrift?.(this.family, reason);
         this.forceFullSync(`rules changed outside edgeproxy: ${reason}`);
@@ -323,6 +333,16 @@ export class Proxier implements ProxyHandlers {
       );
       return;
     }
+    this.#syncing = true;
+    this.#syncStarts++;
+    try {
+      await this.#syncProxyRules();
+    } finally {
+      this.#syncing = false;
+    }
+  }
+
+  async #syncProxyRules(): Promise<void> {
     const o = this.#o;
     const start = o.clock.now();
     const full = this.#needFullSync || start - this.#lastFullSyncMs > FULL_SYNC_PERIOD_MS;

@@ -153,7 +153,7 @@ const svc = (name: string, rv: string) => ({
 });
 
 describe("reflector with malformed input", () => {
-  it("skips malformed list items and watch lines, logging the resource, and keeps watching", {
+  it("skips malformed list items and objects, logging the resource; a garbled line resumes the watch", {
     timeout: 30_000,
   }, async () => {
     const fake = await new FakeApi().start();
@@ -169,7 +169,6 @@ describe("reflector with malformed input", () => {
       assert.deepEqual(h.rec.events, ["add ns/good"]);
       assert.equal(h.rec.synced, 1);
       await waitFor("watch", () => fake.open.size === 1);
-      fake.push("this is not json");
       fake.push('{"type":"ADDED"}');
       fake.push(
         JSON.stringify({ type: "ADDED", object: { kind: "Pod", metadata: { name: "p", namespace: "ns" } } }),
@@ -179,12 +178,19 @@ describe("reflector with malformed input", () => {
       );
       fake.push(JSON.stringify({ type: "SOMETHING", object: {} }));
       fake.push(JSON.stringify({ type: "BOOKMARK", object: { kind: "Service", metadata: {} } }));
-      fake.push("[1,2,3]");
       fake.push(JSON.stringify({ type: "ADDED", object: svc("after", "101") }));
-      await waitFor("valid event after garbage", () => h.rec.events.length === 2);
+      await waitFor("valid event after bad objects", () => h.rec.events.length === 2);
       assert.deepEqual(h.rec.events, ["add ns/good", "add ns/after"]);
-      assert.equal(fake.watches, 1, "the watch was not restarted by bad lines");
+      assert.equal(fake.watches, 1, "the watch was not restarted by bad objects");
       assert.equal(h.r.lastResourceVersion, "101");
+      // Garbled lines lose the event they carried: the watch ends and resumes from the last good rv.
+      fake.push("this is not json");
+      await waitFor("the watch to resume", () => fake.watches === 2 && fake.open.size === 1);
+      fake.push("[1,2,3]");
+      await waitFor("the watch to resume again", () => fake.watches === 3 && fake.open.size === 1);
+      fake.push(JSON.stringify({ type: "ADDED", object: svc("later", "102") }));
+      await waitFor("an event on the resumed watch", () => h.rec.events.length === 3);
+      assert.equal(h.r.lastResourceVersion, "102");
       const warns = h.log.lines.filter((l) => l.startsWith("W ") && l.includes("skipping malformed"));
       assert.equal(warns.length, 10, warns.join("\n"));
       assert.ok(warns.every((l) => /^W (list|watch) services: /.test(l)));

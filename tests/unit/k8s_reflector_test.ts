@@ -477,7 +477,11 @@ describe("reflector against the test apiserver", () => {
         () => requestFault(500, 6, () => h.srv.faults.failNext(6, 500)),
         () => requestFault(429, 1, () => h.srv.faults.failNext(1, 429)),
         () => h.srv.faults.garbageNextWatchLine(),
-        () => h.srv.faults.stallWatches(),
+        async () => {
+          // A garbled line makes the watch resume after a backoff; stall only a watch that is open.
+          await waitFor("an open watch to stall", () => h.srv.activeWatches() > 0, 20_000);
+          h.srv.faults.stallWatches();
+        },
         () => (h.srv.faults.truncateNextList(), h.srv.faults.compact()),
         () => requestFault(401, 3, () => h.srv.faults.unauthorizedNext(3, 401)),
         () => requestFault(403, 2, () => h.srv.faults.unauthorizedNext(2, 403)),

@@ -159,3 +159,12 @@ describe("ApiStats", () => {
     assert.equal(s.snapshot().resources.services.relists, 1, "snapshot is a copy");
   });
 });
+
+describe("Backoff cap", () => {
+  it("never waits longer than maxMs, jitter included", () => {
+    const b = new Backoff({ random: () => 0.999, now: () => 0 });
+    const waits = Array.from({ length: 12 }, () => b.next());
+    assert.equal(waits[0] >= 800 && waits[0] < 1600, true);
+    assert.equal(Math.max(...waits), 30_000);
+  });
+});

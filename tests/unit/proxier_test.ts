@@ -225,3 +225,25 @@ test("drift reported by the host forces a full resync; owned rule counts track w
   assert.equal(f.ensured, 2);
   assert.equal(declared(f.payloads.at(-1)!).filter((c) => c.startsWith("KUBE-SVC-")).length, 1);
 });
+
+test("a drift check that overlaps a sync is discarded instead of forcing a full resync", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  const ensuredBefore = f.ensured;
+  // The check reads the kernel slowly; a sync deletes a chain meanwhile, so the check sees it "missing".
+  let release!: (v: string | null) => void;
+  f.host.checkDrift = () => new Promise((r) => (release = r));
+  const check = p.checkDrift();
+  p.onServiceAdd(svc("svc2", "172.30.0.42", 80));
+  p.onEndpointSliceAdd(slice("svc2", "10.0.2.1", 80));
+  await p.syncProxyRules();
+  release("nat KUBE-SVC-XYZ is missing");
+  assert.equal(await check, null, "an overlapping check proves nothing");
+  await p.syncProxyRules();
+  assert.equal(f.ensured, ensuredBefore, "no full resync was forced");
+});
