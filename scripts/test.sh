@@ -35,6 +35,8 @@ f=$(grep -aoE '^ *[0-9]+ fail$' "$logdir/bun.log" | tail -1 | tr -dc 0-9)
 passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
 
 rm -rf "$logdir"
+# Failures found before the tests ran (.ci/run's type/lint/format check).
+failed=$((failed + ${EDGEPROXY_EXTRA_FAILURES:-0}))
 [ "$failed" -eq 0 ] || status=1
 echo "$passed passed, $failed failed"
 exit $status

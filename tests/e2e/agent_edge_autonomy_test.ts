@@ -148,7 +148,8 @@ describe("edgeproxy e2e: edge autonomy (state cache, outages, reboot while offli
     );
     const fromStart = Date.now() - started;
     console.log(
-      `offline restart: ClusterIP after ${clusterIP.elapsedMs} ms, NodePort working ${fromStart} ms after start ` +
+      `offline restart: ClusterIP after ${clusterIP.elapsedMs} ms, NodePort after ${nodePort.elapsedMs} ms more, ` +
+        `both working ${fromStart} ms after start ` +
         `(cache deadline 1000 ms)`,
     );
     assert.ok(
