@@ -8,9 +8,25 @@
 /** Chain → number of rules, per table. */
 export type OwnedRules = Map<string, Map<string, number>>;
 
-/** Applies a restore payload to `owned` (mutates it). Single pass over the text, no per-line regex. */
-export function applyPayloadToOwnedRules(owned: OwnedRules, payload: string): void {
+/**
+ * Applies a restore payload to `owned` (mutates it). The payload is one string or chunks of whole lines
+ * (no line spans two chunks, as RenderResult.payloadChunks), read without joining them. Single pass over
+ * the text, no per-line regex.
+ */
+export function applyPayloadToOwnedRules(owned: OwnedRules, payload: string | readonly string[]): void {
   let table: Map<string, number> | null = null;
+  for (const chunk of typeof payload === "string" ? [payload] : payload) {
+    table = applyChunk(owned, chunk, table);
+  }
+}
+
+/** One chunk; returns the table the chunk ended in (a "*table" section may span chunks). */
+function applyChunk(
+  owned: OwnedRules,
+  payload: string,
+  current: Map<string, number> | null,
+): Map<string, number> | null {
+  let table = current;
   let start = 0;
   const len = payload.length;
   while (start < len) {
@@ -37,4 +53,5 @@ export function applyPayloadToOwnedRules(owned: OwnedRules, payload: string): vo
     }
     start = end + 1;
   }
+  return table;
 }

@@ -22,7 +22,7 @@
  *     to another).
  */
 import { isServiceChainName } from "./chain_names.ts";
-import type { IptablesRunner } from "./runner.ts";
+import type { IptablesRunner, RestorePayload } from "./runner.ts";
 import type { IptablesBackend } from "./version.ts";
 
 /** A chain and its rule lines ("-A NAME …"), as rendered. */
@@ -93,56 +93,61 @@ export class UnplannablePayloadError extends Error {
 
 /**
  * Reads a rendered payload ("*table", ":CHAIN - [0:0]", "-A CHAIN …", "-X CHAIN", "COMMIT") into
- * `RestoreContent`. Any other command ("-I", "-D", "-F", "-N", …) makes it unplannable.
+ * `RestoreContent`. Any other command ("-I", "-D", "-F", "-N", …) makes it unplannable. The payload is
+ * one string or chunks of whole lines (RenderResult.payloadChunks), read without joining them.
  */
-export function parseRestorePayload(text: string): RestoreContent {
+export function parseRestorePayload(payload: RestorePayload): RestoreContent {
   const out: TableContent[] = [];
   let table: string | null = null;
   let chains = new Map<string, string[]>();
   let deleted: string[] = [];
   let lineNo = 0;
-  let start = 0;
-  const n = text.length;
-  while (start < n) {
-    let end = text.indexOf("\n", start);
-    if (end === -1) end = n;
-    lineNo++;
-    const c = text.charCodeAt(start);
-    if (end === start || c === 35 /* # */) {
-      // blank or comment
-    } else if (c === 42 /* * */) {
-      if (table !== null) throw new UnplannablePayloadError(`line ${lineNo}: "*" before COMMIT of *${table}`);
-      table = text.slice(start + 1, end).trim();
-      chains = new Map();
-      deleted = [];
-    } else if (table === null) {
-      throw new UnplannablePayloadError(`line ${lineNo}: outside a table: ${text.slice(start, end)}`);
-    } else if (c === 58 /* : */) {
-      const sp = text.indexOf(" ", start);
-      const name = text.slice(start + 1, sp === -1 || sp > end ? end : sp);
-      if (!chains.has(name)) chains.set(name, []);
-    } else if (text.startsWith("-A ", start)) {
-      const sp = text.indexOf(" ", start + 3);
-      const name = text.slice(start + 3, sp === -1 || sp > end ? end : sp);
-      const rules = chains.get(name);
-      if (rules === undefined) {
-        throw new UnplannablePayloadError(`line ${lineNo}: rule for undeclared chain ${name}`);
+  for (const text of typeof payload === "string" ? [payload] : payload) {
+    let start = 0;
+    const n = text.length;
+    while (start < n) {
+      let end = text.indexOf("\n", start);
+      if (end === -1) end = n;
+      lineNo++;
+      const c = text.charCodeAt(start);
+      if (end === start || c === 35 /* # */) {
+        // blank or comment
+      } else if (c === 42 /* * */) {
+        if (table !== null) {
+          throw new UnplannablePayloadError(`line ${lineNo}: "*" before COMMIT of *${table}`);
+        }
+        table = text.slice(start + 1, end).trim();
+        chains = new Map();
+        deleted = [];
+      } else if (table === null) {
+        throw new UnplannablePayloadError(`line ${lineNo}: outside a table: ${text.slice(start, end)}`);
+      } else if (c === 58 /* : */) {
+        const sp = text.indexOf(" ", start);
+        const name = text.slice(start + 1, sp === -1 || sp > end ? end : sp);
+        if (!chains.has(name)) chains.set(name, []);
+      } else if (text.startsWith("-A ", start)) {
+        const sp = text.indexOf(" ", start + 3);
+        const name = text.slice(start + 3, sp === -1 || sp > end ? end : sp);
+        const rules = chains.get(name);
+        if (rules === undefined) {
+          throw new UnplannablePayloadError(`line ${lineNo}: rule for undeclared chain ${name}`);
+        }
+        rules.push(text.slice(start, end));
+      } else if (text.startsWith("-X ", start)) {
+        deleted.push(text.slice(start + 3, end).trim());
+      } else if (text.startsWith("COMMIT", start)) {
+        const del = new Set(deleted);
+        out.push({
+          table,
+          chains: [...chains].filter(([name]) => !del.has(name)).map(([name, rules]) => ({ name, rules })),
+          deleted,
+        });
+        table = null;
+      } else {
+        throw new UnplannablePayloadError(`line ${lineNo}: unsupported line: ${text.slice(start, end)}`);
       }
-      rules.push(text.slice(start, end));
-    } else if (text.startsWith("-X ", start)) {
-      deleted.push(text.slice(start + 3, end).trim());
-    } else if (text.startsWith("COMMIT", start)) {
-      const del = new Set(deleted);
-      out.push({
-        table,
-        chains: [...chains].filter(([name]) => !del.has(name)).map(([name, rules]) => ({ name, rules })),
-        deleted,
-      });
-      table = null;
-    } else {
-      throw new UnplannablePayloadError(`line ${lineNo}: unsupported line: ${text.slice(start, end)}`);
+      start = end + 1;
     }
-    start = end + 1;
   }
   if (table !== null) throw new UnplannablePayloadError(`*${table} has no COMMIT`);
   return out;
@@ -187,16 +192,41 @@ export function singleTransactionPlan(content: RestoreContent): RestorePlan {
   };
 }
 
-/** Joins a plan into one iptables-restore input. */
-export function payloadOf(plan: RestorePlan): string {
+/** Lines per chunk of `payloadChunksOf` (~40 KB of rules, as the renderer's chunks). */
+const CHUNK_LINES = 512;
+
+/**
+ * A plan as iptables-restore input, lazily: every iteration yields chunks of whole lines, each ending
+ * with "\n" (for `IptablesRunner.restore`), built as they are written, so neither the full text nor a
+ * second copy of every line is held while iptables-restore reads it.
+ */
+export function payloadChunksOf(plan: RestorePlan): Iterable<string> {
+  return { [Symbol.iterator]: () => planChunks(plan) };
+}
+
+function* planChunks(plan: RestorePlan): Generator<string> {
   const parts: string[] = [];
+  const flush = () => {
+    parts.push("");
+    const chunk = parts.join("\n");
+    parts.length = 0;
+    return chunk;
+  };
   for (const t of plan.transactions) {
     parts.push(`*${t.table}`);
-    for (const l of t.lines) parts.push(l);
+    for (const l of t.lines) {
+      parts.push(l);
+      if (parts.length >= CHUNK_LINES) yield flush();
+    }
     parts.push("COMMIT");
+    if (parts.length >= CHUNK_LINES) yield flush();
   }
-  parts.push("");
-  return parts.join("\n");
+  if (parts.length > 0) yield flush();
+}
+
+/** Joins a plan into one iptables-restore input (the concatenation of `payloadChunksOf`). */
+export function payloadOf(plan: RestorePlan): string {
+  return [...payloadChunksOf(plan)].join("");
 }
 
 /** Disjoint-set over chain indices: a unit is a set of per-service chains that jump to each other. */
@@ -394,10 +424,10 @@ function planNat(t: TableContent, maxChains: number, maxLines: number): RestoreT
  * `UnplannablePayloadError` for text it cannot read (callers then restore the text unchanged).
  */
 export function splitRestorePayload(
-  input: string | RestoreContent,
+  input: RestorePayload | RestoreContent,
   opts: RestorePlanOptions = {},
 ): RestorePlan {
-  const content = typeof input === "string" ? parseRestorePayload(input) : input;
+  const content = isRestoreContent(input) ? input : parseRestorePayload(input);
   if (opts.backend === "legacy") return singleTransactionPlan(content);
   const maxChains = Math.max(1, opts.maxChainsPerTransaction ?? DEFAULT_MAX_CHAINS_PER_TRANSACTION);
   const maxLines = Math.max(1, opts.maxLinesPerTransaction ?? DEFAULT_MAX_LINES_PER_TRANSACTION);
@@ -419,6 +449,11 @@ export function splitRestorePayload(
   }
   for (const t of nat) transactions.push(...planNat(t, maxChains, maxLines));
   return { transactions };
+}
+
+/** RestoreContent (parsed tables) rather than payload text or chunks. */
+function isRestoreContent(input: RestorePayload | RestoreContent): input is RestoreContent {
+  return Array.isArray(input) && input.length > 0 && typeof input[0] !== "string";
 }
 
 /** Targets that are not chains (extensions); any other target must name an existing chain. */
@@ -500,13 +535,14 @@ export function simulatePlan(plan: RestorePlan, initial: SimulatedTables): Simul
 }
 
 /**
- * What the proxier calls to apply a rendered payload: plans it for the runner's backend and restores the
- * plan in one iptables-restore process. A payload the planner cannot read is restored unchanged. Returns
- * the plan used (null when restored unchanged). Errors are the runner's (`RestoreError`).
+ * What the proxier calls to apply a rendered payload (text or chunks of whole lines): plans it for the
+ * runner's backend and streams the plan, in chunks, to one iptables-restore process. A payload the planner
+ * cannot read is restored unchanged. Returns the plan used (null when restored unchanged). Errors are the
+ * runner's (`RestoreError`).
  */
 export async function restorePlanned(
   runner: Pick<IptablesRunner, "restore" | "version">,
-  payload: string,
+  payload: RestorePayload,
   opts: Omit<RestorePlanOptions, "backend"> = {},
 ): Promise<RestorePlan | null> {
   let plan: RestorePlan;
@@ -517,6 +553,6 @@ export async function restorePlanned(
     await runner.restore(payload);
     return null;
   }
-  await runner.restore(payloadOf(plan));
+  await runner.restore(payloadChunksOf(plan));
   return plan;
 }

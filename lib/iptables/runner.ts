@@ -50,15 +50,25 @@ export interface IptablesRunner {
   /** Resolved absolute paths. */
   readonly binaries: IptablesBinaries;
   /**
-   * `iptables-restore <restoreWaitFlags> --noflush --counters` with `payload` streamed to stdin.
-   * Throws `RestoreError` on a non-zero exit, `IptablesCommandError` when the process cannot run.
+   * `iptables-restore <restoreWaitFlags> --noflush --counters` with `payload` streamed to stdin: one
+   * string, or chunks written one after the other with back-pressure (never joined; a line may not span
+   * two chunks). Throws `RestoreError` on a non-zero exit, `IptablesCommandError` when the process cannot
+   * run.
    */
-  restore(payload: string): Promise<void>;
+  restore(payload: RestorePayload): Promise<void>;
   /** `iptables-save -t <table>`; throws `IptablesCommandError` on failure. */
   save(table: IptablesTable): Promise<string>;
   /** `iptables <args>` exactly as given (no wait flags added); throws only when it cannot be started. */
   exec(args: readonly string[]): Promise<ExecResult>;
 }
+
+/**
+ * An iptables-restore input: one string, or chunks of whole lines (each ending with "\n") whose
+ * concatenation is the text: an array, or any re-iterable that yields the same chunks on every iteration
+ * (e.g. a restore plan rendered lazily, so the whole text is never held; it is iterated again only to
+ * find the line a failure blames).
+ */
+export type RestorePayload = string | Iterable<string>;
 
 /** Options of `createIptablesRunner`. */
 export interface IptablesRunnerOptions {
@@ -128,7 +138,7 @@ export class RestoreError extends Error {
   readonly lineText: string | null;
   /** See `RestoreFailure.committedTransactions`. */
   readonly committedTransactions: number | null;
-  constructor(family: IPFamily, exitCode: number, stderr: string, payload: string) {
+  constructor(family: IPFamily, exitCode: number, stderr: string, payload: RestorePayload) {
     const f = parseRestoreFailure(stderr, payload);
     const cmd = family === "IPv6" ? "ip6tables-restore" : "iptables-restore";
     const summary = f.summary !== "" ? f.summary : `exit code ${exitCode}`;
@@ -165,7 +175,7 @@ const LINE_PREFIX = /^line \d+(?: failed)?:?\s*/;
  * "Error occurred at line: N", "COMMIT expected at line N". nft reports a jump to a missing chain at the
  * COMMIT line; then the rule in that transaction that jumps to the named chain is blamed instead.
  */
-export function parseRestoreFailure(stderr: string, payload: string): RestoreFailure {
+export function parseRestoreFailure(stderr: string, payload: RestorePayload): RestoreFailure {
   const lines = stderr.split("\n").map((l) => l.trimEnd());
   let summary = "";
   for (const raw of lines) {
@@ -195,19 +205,25 @@ export function parseRestoreFailure(stderr: string, payload: string): RestoreFai
   return { line, lineText, summary, committedTransactions: committed };
 }
 
-/** Payload line `n` (1-based) and the lines before it, scanning no further than needed. */
-function indexPayloadLines(payload: string, n: number): { text: string | null; before: string[] } {
+/**
+ * Payload line `n` (1-based) and the lines before it, scanning no further than needed. Chunks are read
+ * in order; a chunk's last line is complete (no line spans two chunks).
+ */
+function indexPayloadLines(payload: RestorePayload, n: number): { text: string | null; before: string[] } {
   const before: string[] = [];
-  let start = 0;
-  for (let i = 1; i < n; i++) {
-    const nl = payload.indexOf("\n", start);
-    if (nl === -1) return { text: null, before };
-    before.push(payload.slice(start, nl));
-    start = nl + 1;
+  let i = 1;
+  for (const chunk of typeof payload === "string" ? [payload] : payload) {
+    let start = 0;
+    while (start < chunk.length) {
+      const nl = chunk.indexOf("\n", start);
+      const end = nl === -1 ? chunk.length : nl;
+      if (i === n) return { text: chunk.slice(start, end), before };
+      before.push(chunk.slice(start, end));
+      i++;
+      start = end + 1;
+    }
   }
-  if (start >= payload.length) return { text: null, before };
-  const nl = payload.indexOf("\n", start);
-  return { text: payload.slice(start, nl === -1 ? payload.length : nl), before };
+  return { text: null, before };
 }
 
 /** Last rule in the current transaction (after the latest "*table") that jumps/goes to `chain`. */
@@ -273,7 +289,11 @@ interface RunOutput {
 }
 
 /** Spawns argv, optionally streaming `input` to stdin; never rejects for a non-zero exit. */
-function runProcess(argv: readonly string[], input: string | null, timeoutMs: number): Promise<RunOutput> {
+function runProcess(
+  argv: readonly string[],
+  input: RestorePayload | null,
+  timeoutMs: number,
+): Promise<RunOutput> {
   return new Promise((resolve, reject) => {
     let child: ChildProcessWithoutNullStreams;
     try {
@@ -308,25 +328,36 @@ function runProcess(argv: readonly string[], input: string | null, timeoutMs: nu
     });
     // A child that exits early closes its stdin: EPIPE is expected then, the exit code tells the story.
     child.stdin.on("error", () => {});
-    if (input === null || input.length === 0) {
+    if (input === null || input === "") {
       child.stdin.end();
       return;
     }
-    void writeAll(child.stdin, input);
+    void writeAll(child.stdin, typeof input === "string" ? [input] : input);
   });
 }
 
-/** Writes `s` in bounded slices, waiting for 'drain' so tens of MB never sit in one buffer copy. */
-async function writeAll(stdin: Writable, s: string): Promise<void> {
+/**
+ * Writes the chunks in order, each in bounded slices, waiting for 'drain' so tens of MB never sit in one
+ * buffer copy (and a chunked payload is never joined).
+ */
+async function writeAll(stdin: Writable, chunks: Iterable<string>): Promise<void> {
+  for (const s of chunks) {
+    if (!(await writeString(stdin, s))) return;
+  }
+  stdin.end();
+}
+
+/** Writes one string in bounded slices with back-pressure; false when stdin went away. */
+async function writeString(stdin: Writable, s: string): Promise<boolean> {
   let off = 0;
   while (off < s.length) {
     let end = Math.min(off + WRITE_CHUNK, s.length);
     // Never split a surrogate pair across two writes.
     const c = s.charCodeAt(end - 1);
     if (end < s.length && c >= 0xd800 && c <= 0xdbff) end--;
-    const ok = stdin.write(s.slice(off, end));
+    const ok = stdin.write(off === 0 && end === s.length ? s : s.slice(off, end));
     off = end;
-    if (stdin.destroyed) return;
+    if (stdin.destroyed) return false;
     if (!ok) {
       await new Promise<void>((r) => {
         const done = () => {
@@ -339,10 +370,10 @@ async function writeAll(stdin: Writable, s: string): Promise<void> {
         stdin.once("close", done);
         stdin.once("error", done);
       });
-      if (stdin.destroyed) return;
+      if (stdin.destroyed) return false;
     }
   }
-  stdin.end();
+  return true;
 }
 
 class RealIptablesRunner implements IptablesRunner {
@@ -356,7 +387,7 @@ class RealIptablesRunner implements IptablesRunner {
     private readonly timeoutMs: number,
   ) {}
 
-  async restore(payload: string): Promise<void> {
+  async restore(payload: RestorePayload): Promise<void> {
     const argv = [
       ...this.prefix,
       this.binaries.restore,

@@ -34,11 +34,17 @@ export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
 
 /** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
 export interface ProxierHost {
-  /** iptables-restore --noflush --counters of the payload; throws with the failing line on error. */
-  restore(payload: string): Promise<void>;
+  /**
+   * iptables-restore --noflush --counters of the payload, given as chunks that each end with "\n" (no line
+   * spans two chunks; a single string is one chunk); throws with the failing line on error.
+   */
+  restore(payload: string | readonly string[]): Promise<void>;
   /** Chains now in the nat table, or null when they cannot be read (dry-run). */
   natChains(): Promise<Set<string> | null>;
-  /** Ensures the jump rules from built-in chains and the canary chains (full syncs only). */
+  /**
+   * Ensures the jump rules from built-in chains and the canary chains (full syncs only, after the
+   * payload's restore, so the jumps lead into populated chains).
+   */
   ensureBaseRules(): Promise<void>;
   /**
    * Compares the kernel with what we believe we own (rule counts per chain per table) and returns a
@@ -353,7 +359,6 @@ export class Proxier implements ProxyHandlers {
 
     let result: RenderResult;
     try {
-      if (full) await o.host.ensureBaseRules();
       // Stale chains: on full syncs ask the kernel (leftovers of an earlier process); on partial syncs
       // what we created is enough, which saves an iptables-save per sync. Handing the renderer its own
       // previous set (not a copy) lets it find them from the changed service ports alone.
@@ -381,7 +386,10 @@ export class Proxier implements ProxyHandlers {
         // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
       }, this.#renderState);
       for (const w of result.warnings) o.log.warn(w);
-      await o.host.restore(result.payload);
+      await o.host.restore(result.payloadChunks);
+      // Jump rules after the restore (make-before-break): the built-in chains then jump into fully
+      // populated chains, and the first rules are programmed without waiting for the base-rule reads.
+      if (full) await o.host.ensureBaseRules();
     } catch (e) {
       o.log.error(
         `${full ? "full" : "partial"} sync of ${this.family} rules failed: ${(e as Error).message}`,
@@ -402,7 +410,7 @@ export class Proxier implements ProxyHandlers {
       this.#lastFullSyncMs = start;
       this.#owned = new Map();
     }
-    applyPayloadToOwnedRules(this.#owned, result.payload);
+    applyPayloadToOwnedRules(this.#owned, result.payloadChunks);
     this.#activeNatChains = result.activeNatChains;
     this.#renderState = result.state;
     this.#syncs++;
@@ -434,7 +442,9 @@ export class Proxier implements ProxyHandlers {
     }
     o.health.updated(this.family);
     o.log.debug(
-      `${result.mode} sync of ${this.family} rules took ${end - start}ms (${result.payload.length} bytes)`,
+      `${result.mode} sync of ${this.family} rules took ${end - start}ms (${
+        payloadLength(result.payloadChunks)
+      } bytes)`,
     );
 
     o.serviceHealth?.syncServices(this.#svcPortMap.healthCheckNodePorts());
@@ -448,6 +458,13 @@ export class Proxier implements ProxyHandlers {
     }
     o.onSynced?.({ family: this.family, full, result, durationMs: end - start });
   }
+}
+
+/** Characters in a chunked payload (reading `RenderResult.payload` would join the chunks). */
+function payloadLength(chunks: readonly string[]): number {
+  let n = 0;
+  for (const c of chunks) n += c.length;
+  return n;
 }
 
 function sortedEntries(r: Record<string, string>): Array<[string, string]> {

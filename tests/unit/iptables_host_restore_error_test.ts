@@ -115,3 +115,56 @@ describe("isNotFoundError", () => {
     assert.ok(!isNotFoundError("iptables: Chain already exists."));
   });
 });
+
+describe("RestoreError with a chunked payload", () => {
+  it("finds the failing line's text and the committed transactions across chunks", () => {
+    const lines = [
+      "*nat",
+      ":A1 - [0:0]",
+      "-A A1 -j RETURN",
+      "COMMIT",
+      "*nat",
+      ":A2 - [0:0]",
+      "-A A2 -p tcp -j NOPE",
+      "COMMIT",
+    ];
+    const joined = lines.map((l) => `${l}\n`).join("");
+    for (let n = 1; n <= lines.length; n++) {
+      const stderr = `iptables-restore v1.8.9 (nf_tables): \nline ${n}: something failed\n`;
+      const want = parseRestoreFailure(stderr, joined);
+      assert.equal(want.lineText, lines[n - 1]);
+      for (let cut = 1; cut < lines.length; cut++) {
+        const chunks = [lines.slice(0, cut), lines.slice(cut)].map((p) => p.map((l) => `${l}\n`).join(""));
+        assert.deepEqual(parseRestoreFailure(stderr, chunks), want, `line ${n}, cut ${cut}`);
+      }
+    }
+    const e = new RestoreError("IPv4", 1, "Chain 'NOPE' does not exist\nError occurred at line: 8\n", [
+      "*nat\n:A1 - [0:0]\n-A A1 -j RETURN\nCOMMIT\n",
+      "*nat\n:A2 - [0:0]\n-A A2 -p tcp -j NOPE\nCOMMIT\n",
+    ]);
+    assert.equal(e.line, 7);
+    assert.equal(e.lineText, "-A A2 -p tcp -j NOPE");
+    assert.equal(e.committedTransactions, 1);
+    assert.match(e.message, /line 7: -A A2 -p tcp -j NOPE: Chain 'NOPE' does not exist/);
+    assert.equal(parseRestoreFailure("line 99: x\n", ["*nat\n", "COMMIT\n"]).lineText, null);
+  });
+});
+
+describe("RestoreError with a lazily generated payload", () => {
+  it("re-iterates a re-iterable payload to find the failing line", () => {
+    const payload = {
+      *[Symbol.iterator]() {
+        yield "*nat\n:A1 - [0:0]\n";
+        yield "-A A1 -p tcp --dport 99999 -j RETURN\nCOMMIT\n";
+      },
+    };
+    const e = new RestoreError(
+      "IPv4",
+      2,
+      "invalid port/service `99999' specified\nError occurred at line: 3\n",
+      payload,
+    );
+    assert.equal(e.line, 3);
+    assert.equal(e.lineText, "-A A1 -p tcp --dport 99999 -j RETURN");
+  });
+});

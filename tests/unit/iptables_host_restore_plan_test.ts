@@ -2,8 +2,10 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
   parseRestorePayload,
+  payloadChunksOf,
   payloadOf,
   type RestorePlan,
+  restorePlanned,
   ruleTarget,
   type SimulatedTables,
   simulatePlan,
@@ -338,5 +340,55 @@ describe("splitRestorePayload: make-before-break", () => {
     // Re-planning the single-transaction rendering of a plan gives the same transactions' content.
     const reparsed = parseRestorePayload(payloadOf(singleTransactionPlan(parseRestorePayload(payload1))));
     assert.deepEqual(reparsed, parseRestorePayload(payload1));
+  });
+
+  it("reads a chunked payload like the joined text, without the chunks being joined", () => {
+    const lines = payload1.split("\n").slice(0, -1);
+    for (const size of [1, 7, 100]) {
+      const chunks: string[] = [];
+      for (let i = 0; i < lines.length; i += size) {
+        chunks.push(lines.slice(i, i + size).map((l) => `${l}\n`).join(""));
+      }
+      assert.deepEqual(parseRestorePayload(chunks), parseRestorePayload(payload1), `chunks of ${size} lines`);
+      assert.deepEqual(
+        splitRestorePayload(chunks, { maxChainsPerTransaction: 9 }),
+        splitRestorePayload(payload1, { maxChainsPerTransaction: 9 }),
+      );
+    }
+    assert.throws(
+      () => parseRestorePayload(["*nat\n", "-I KUBE-SERVICES 1 -j RETURN\n", "COMMIT\n"]),
+      /line 2: unsupported/,
+    );
+  });
+
+  it("payloadChunksOf yields whole lines lazily, the same on every iteration, joining to payloadOf", () => {
+    const plan = splitRestorePayload(payload2, { maxChainsPerTransaction: 9 });
+    const lazy = payloadChunksOf(plan);
+    assert.ok(!Array.isArray(lazy));
+    const chunks = [...lazy];
+    assert.deepEqual([...lazy], chunks);
+    assert.equal(chunks.join(""), payloadOf(plan));
+    for (const c of chunks) assert.ok(c.endsWith("\n"));
+    const lines = payloadOf(plan).split("\n").length - 1;
+    assert.equal(chunks.length, Math.ceil(lines / 512));
+    assert.deepEqual([...payloadChunksOf({ transactions: [] })], []);
+  });
+
+  it("restorePlanned hands the runner chunks, and an unplannable payload unchanged", async () => {
+    const got: unknown[] = [];
+    const runner = {
+      version: { parts: [1, 8, 9], text: "1.8.9", backend: "nf_tables" as const },
+      restore: (p: string | readonly string[]) => {
+        got.push(p);
+        return Promise.resolve();
+      },
+    };
+    const chunks = payload1.split(/(?<=COMMIT\n)/);
+    const plan = await restorePlanned(runner, chunks, { maxChainsPerTransaction: 50 });
+    assert.equal(typeof got[0], "object", "chunks, not one joined string");
+    assert.equal([...(got[0] as Iterable<string>)].join(""), payloadOf(plan!));
+    const partial = ["*nat\n-D KUBE-SVC-A -j KUBE-SEP-B\n", "COMMIT\n"];
+    assert.equal(await restorePlanned(runner, partial), null);
+    assert.equal(got[1], partial);
   });
 });

@@ -33,6 +33,10 @@ function slice(name: string, ip: string, port: number): EndpointSlice {
 interface Fake {
   host: ProxierHost;
   payloads: string[];
+  /** Whether each restore got chunks (an array) rather than one joined string. */
+  chunked: boolean[];
+  /** "restore" / "ensure" in call order. */
+  calls: string[];
   failNext: number;
   drift: string | null;
   ensured: number;
@@ -42,21 +46,26 @@ interface Fake {
 function fakeHost(): Fake {
   const f: Fake = {
     payloads: [],
+    chunked: [],
+    calls: [],
     failNext: 0,
     drift: null,
     ensured: 0,
     lastOwned: null,
     host: {
       restore: (p) => {
+        f.calls.push("restore");
         if (f.failNext > 0) {
           f.failNext--;
           return Promise.reject(new Error("iptables-restore failed (IPv4): line 3: boom"));
         }
-        f.payloads.push(p);
+        f.chunked.push(typeof p !== "string");
+        f.payloads.push(typeof p === "string" ? p : p.join(""));
         return Promise.resolve();
       },
       natChains: () => Promise.resolve(new Set(["KUBE-SERVICES", "KUBE-SVC-LEFTOVER0000000"])),
       ensureBaseRules: () => {
+        f.calls.push("ensure");
         f.ensured++;
         return Promise.resolve();
       },
@@ -246,4 +255,33 @@ test("a drift check that overlaps a sync is discarded instead of forcing a full 
   assert.equal(await check, null, "an overlapping check proves nothing");
   await p.syncProxyRules();
   assert.equal(f.ensured, ensuredBefore, "no full resync was forced");
+});
+
+test("the payload goes to the host as chunks, and jump rules are ensured after a full sync's restore", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  await p.syncProxyRules();
+  p.onServiceAdd(svc("svc2", "172.30.0.42", 80));
+  p.onEndpointSliceAdd(slice("svc2", "10.0.2.1", 80));
+  await p.syncProxyRules();
+  assert.deepEqual(f.chunked, [true, true]);
+  // Full sync: restore, then the jumps into the now populated chains; partial sync: restore only.
+  assert.deepEqual(f.calls, ["restore", "ensure", "restore"]);
+});
+
+test("a failed full restore does not install jump rules into chains it did not fill", async () => {
+  const f = fakeHost();
+  const { p } = newProxier(f);
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onEndpointSliceAdd(slice("svc1", "10.0.1.1", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  f.failNext = 1;
+  await p.syncProxyRules();
+  assert.deepEqual(f.calls, ["restore"]);
+  assert.equal(f.ensured, 0);
 });
