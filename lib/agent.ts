@@ -20,6 +20,7 @@ import { createDryRunHost } from "./proxier/dry_run_host.ts";
 import { localAddresses, primaryNodeIP } from "./proxier/node_addresses.ts";
 import { type DetectLocalMode, localDetectorFor } from "./iptables/local_detector.ts";
 import { RealClock } from "./runtime/clock.ts";
+import { MemoryRelease, releaseMemory } from "./runtime/memory.ts";
 import { Registry } from "./metrics/registry.ts";
 import { createKubeProxyMetrics } from "./metrics/kubeproxy.ts";
 import { createEdgeproxyMetrics } from "./metrics/edgeproxy.ts";
@@ -32,6 +33,12 @@ import { parseCIDR } from "./config/net.ts";
 import { ApiStats } from "./k8s/stats.ts";
 import { CliConntrackRunner, findConntrackBinary } from "./conntrack/runner.ts";
 import { createConntrackCleaner } from "./proxier/conntrack_cleaner.ts";
+
+/**
+ * Quiet time after the last full sync before the heap is collected and released: long enough for the
+ * other family's sync and the state-cache write to be part of the same burst.
+ */
+const MEMORY_RELEASE_DELAY_MS = 2_000;
 
 /** Fans handler calls out to several handlers (upstream MetaProxier plus the health server's node handler). */
 function fanOut(
@@ -96,6 +103,19 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   }
 
   const clock = new RealClock();
+  const memoryRelease = new MemoryRelease(
+    clock,
+    MEMORY_RELEASE_DELAY_MS,
+    releaseMemory,
+    (ms) => {
+      const m = process.memoryUsage();
+      const mib = (b: number) => (b / 1048576).toFixed(1);
+      log.debug(
+        `released memory after a full sync (collection took ${Math.round(ms)}ms): rss ${mib(m.rss)} MiB, ` +
+          `heap ${mib(m.heapUsed)}/${mib(m.heapTotal)} MiB, external ${mib(m.external)} MiB`,
+      );
+    },
+  );
   const registry = new Registry();
   const metrics = createKubeProxyMetrics(registry);
   registerProcessMetrics(registry);
@@ -204,6 +224,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
             return;
           }
           if (store && !store.servingFromCache) cacheWriter?.afterSync();
+          if (info.full) memoryRelease.schedule();
         },
       }),
     );
@@ -273,6 +294,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   }
 
   const shutdown = async (code: number) => {
+    memoryRelease.stop();
     await stopSource();
     await Promise.all(proxiers.map((p) => p.stop()));
     if (cacheWriter) {

@@ -1,0 +1,66 @@
+/**
+ * Returning the heap to the OS after a large burst of allocation. A full sync at 10k Services allocates
+ * hundreds of MiB of short-lived strings (list pages, the payload, the split plan); without a collection
+ * afterwards the runtime keeps those pages mapped for minutes, and an operator reads that as RSS.
+ */
+
+import type { Clock, TimerHandle } from "./clock.ts";
+
+interface BunMemoryApi {
+  gc(force: boolean): void;
+  shrink?(): void;
+}
+
+/**
+ * Forces a full collection and asks the runtime to release free heap pages. Bun: `Bun.gc(true)` then
+ * `Bun.shrink()`. Deno/V8 exposes a collector only with `--expose-gc`; without it this does nothing (Deno
+ * is the development runtime, the shipped binary is Bun's). Returns whether a collection ran.
+ */
+export function releaseMemory(): boolean {
+  const bun = (globalThis as { Bun?: BunMemoryApi }).Bun;
+  if (bun !== undefined) {
+    bun.gc(true);
+    bun.shrink?.();
+    return true;
+  }
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (typeof gc === "function") {
+    gc();
+    return true;
+  }
+  return false;
+}
+
+/**
+ * Runs `release` once, `delayMs` after the last `schedule()` call: both families' full syncs and the
+ * state-cache write that follows them are then one burst, released once.
+ */
+export class MemoryRelease {
+  #timer: TimerHandle | null = null;
+  #stopped = false;
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly delayMs: number,
+    private readonly release: () => boolean = releaseMemory,
+    private readonly onReleased?: (tookMs: number) => void,
+  ) {}
+
+  /** (Re)starts the delay. */
+  schedule(): void {
+    if (this.#stopped) return;
+    if (this.#timer !== null) this.clock.clearTimeout(this.#timer);
+    this.#timer = this.clock.setTimeout(() => {
+      this.#timer = null;
+      const start = performance.now();
+      if (this.release()) this.onReleased?.(performance.now() - start);
+    }, this.delayMs);
+  }
+
+  /** Cancels a pending release (shutdown). */
+  stop(): void {
+    this.#stopped = true;
+    if (this.#timer !== null) this.clock.clearTimeout(this.#timer);
+    this.#timer = null;
+  }
+}
