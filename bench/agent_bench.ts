@@ -11,9 +11,10 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import process from "node:process";
 import { type Netns, NetnsScope, run } from "../tests/support/netns.ts";
 import { startTestApiserver, type TestApiserver } from "../tests/support/apiserver.ts";
 import { type Bridge, serveUnixToTcp } from "../tests/support/socket_bridge.ts";
@@ -40,6 +41,12 @@ export interface Observed {
 export interface RssFigure {
   readonly vmRssMiB: number;
   readonly vmHwmMiB: number;
+  /**
+   * VmRSS split: private anonymous memory (heap, allocator, JIT) and file-backed pages (the executable's
+   * code and embedded bundle: shared, clean, reclaimable under memory pressure). Absent in old results.
+   */
+  readonly rssAnonMiB?: number;
+  readonly rssFileMiB?: number;
 }
 
 /** One start of the agent. */
@@ -64,7 +71,16 @@ export interface AgentFigures {
   readonly settledRss?: RssFigure;
   /** EndpointSlice update in the apiserver → the Service's chain jumps to the new endpoint's chain. */
   readonly endpointChange?: Summary & {
+    /** Mean cost of one poll; 0 when observed by xtables-monitor (netlink events, no polling). */
     readonly pollMs: number;
+    /** How "in the kernel" was seen: the commit's netlink event, or polling `iptables -S`. */
+    readonly observedBy?: "xtables-monitor" | "poll";
+    /**
+     * The kernel's floor for any sync that adds a rule with a verdict or target (median ms): restoring
+     * one `-j RETURN` rule into an unreferenced scratch chain in the agent's namespace. nf_tables then
+     * validates every chain reachable from the built-in chains at commit (bench/README.md).
+     */
+    readonly commitFloorMs?: number | null;
     /** The agent's own "sync took" figure for the sync that carried each change. */
     readonly agentReportedSyncMs: Summary | null;
     /** Mode(s) and payload bytes the agent logged for those syncs. */
@@ -118,7 +134,12 @@ export function readRss(pid: number): RssFigure | null {
     return null;
   }
   const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN);
-  return { vmRssMiB: round(kb("VmRSS") / 1024), vmHwmMiB: round(kb("VmHWM") / 1024) };
+  return {
+    vmRssMiB: round(kb("VmRSS") / 1024),
+    vmHwmMiB: round(kb("VmHWM") / 1024),
+    rssAnonMiB: round(kb("RssAnon") / 1024),
+    rssFileMiB: round(kb("RssFile") / 1024),
+  };
 }
 
 /** `iptables -t nat -S <chain>` inside the namespace: the rule lines, or null when the chain is missing. */
@@ -229,6 +250,85 @@ async function pollUntil(
   return null;
 }
 
+/** Rule events of one namespace, as `xtables-monitor -e -4` prints them, with their arrival times. */
+interface RuleMonitor {
+  /** Resolves when a line matching `match` arrives at or after `t0`; null after `timeoutMs`. */
+  waitFor(
+    match: (line: string) => boolean,
+    t0: number,
+    timeoutMs: number,
+    agent: AgentProc,
+  ): Promise<Observed | null>;
+}
+
+const XTABLES_MONITOR = "/usr/sbin/xtables-monitor";
+const STDBUF = "/usr/bin/stdbuf";
+
+/**
+ * Starts `xtables-monitor -e -4` (nf_tables only; null when the tools are missing or the namespace's
+ * iptables is legacy) and waits until it runs: a marker chain created after the start must be reported.
+ */
+async function startRuleMonitor(scope: NetnsScope, ns: Netns): Promise<RuleMonitor | null> {
+  if (!existsSync(XTABLES_MONITOR) || !existsSync(STDBUF)) return null;
+  const version = await run([...ns.prefix, IPTABLES, "--version"]);
+  if (!version.stdout.includes("nf_tables")) return null;
+  const child = scope.spawn(ns, [STDBUF, "-oL", XTABLES_MONITOR, "-e", "-4"]);
+  const lines: Array<{ at: number; text: string }> = [];
+  let buf = "";
+  child.stdout?.on("data", (b: Buffer) => {
+    buf += b.toString("utf8");
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) !== -1) {
+      lines.push({ at: performance.now(), text: buf.slice(0, nl).trimEnd() });
+      buf = buf.slice(nl + 1);
+      if (lines.length > 10_000) lines.splice(0, 5_000);
+    }
+  });
+  const find = (match: (l: string) => boolean, t0: number) => lines.find((l) => l.at >= t0 && match(l.text));
+  const marker = `KUBE-BENCH-MON-${process.pid}`;
+  const t0 = performance.now();
+  for (let i = 0; i < 50 && find((l) => l.includes(marker), t0) === undefined; i++) {
+    await run([...ns.prefix, IPTABLES, "-w", "5", "-t", "nat", "-N", marker]);
+    await run([...ns.prefix, IPTABLES, "-w", "5", "-t", "nat", "-X", marker]);
+    await sleep(100);
+  }
+  if (find((l) => l.includes(marker), t0) === undefined) {
+    child.kill("SIGKILL");
+    return null;
+  }
+  return {
+    async waitFor(match, start, timeoutMs, agent) {
+      while (performance.now() - start < timeoutMs) {
+        if (agent.exited !== null) throw new AgentDied(agentDiedMessage(agent));
+        const hit = find(match, start);
+        if (hit) return { ms: round(hit.at - start), pollMs: 0, polls: 0 };
+        await sleep(1);
+      }
+      return null;
+    },
+  };
+}
+
+/**
+ * Median ms of restoring one `-j RETURN` rule into an unreferenced scratch chain (then removing the
+ * chain, untimed): the commit-time validation every rule-adding sync pays in this namespace.
+ */
+async function commitFloor(ns: Netns): Promise<number | null> {
+  const chain = `KUBE-BENCH-FLOOR-${process.pid}`;
+  const restore = (text: string) =>
+    run([...ns.prefix, "/usr/sbin/iptables-restore", "-w", "5", "--noflush", "--counters"], { input: text });
+  const samples: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const t = performance.now();
+    const r = await restore(`*nat\n:${chain} - [0:0]\n-A ${chain} -j RETURN\nCOMMIT\n`);
+    const ms = performance.now() - t;
+    await restore(`*nat\n:${chain} - [0:0]\n-X ${chain}\nCOMMIT\n`);
+    if (r.code !== 0) return null;
+    samples.push(ms);
+  }
+  return summarize(samples).median;
+}
+
 /** Waits for the first rule and for all rules after a start at `agent.startedAt`. */
 export async function observeStart(
   agent: AgentProc,
@@ -270,7 +370,7 @@ export async function observeStart(
 }
 
 /** The Service chain of a plain ClusterIP Service's port and the chain of its changed endpoint. */
-function changeChains(
+export function changeChains(
   cluster: SyntheticCluster,
   index: number,
   generation: number,
@@ -402,6 +502,9 @@ export async function benchAgent(o: AgentBenchOptions): Promise<AgentFigures> {
       await sleep(o.settleMs);
       figures.settledRss = readRss(agent.pid) ?? undefined;
 
+      // On nf_tables the commit of the change is seen as a netlink event (xtables-monitor): the exact
+      // time, where polling `iptables -S` would add its own cost as resolution. Legacy: polling.
+      const monitor = await startRuleMonitor(scope, ns);
       const samples: number[] = [];
       let pollMs = 0;
       const reported: number[] = [];
@@ -416,16 +519,23 @@ export async function benchAgent(o: AgentBenchOptions): Promise<AgentFigures> {
           ...slice,
           metadata: { ...slice.metadata, resourceVersion: undefined },
         });
-        const seen = await pollUntil(
-          agent,
-          t0,
-          async () => {
-            const rules = await natChainRules(ns, chains.svc);
-            return rules !== null && rules.some((r) => r.endsWith(`-j ${chains.sep}`));
-          },
-          o.changeTimeoutMs,
-          0,
-        );
+        const seen = monitor !== null
+          ? await monitor.waitFor(
+            (l) => l.includes(`-A ${chains.svc} `) && l.endsWith(`-j ${chains.sep}`),
+            t0,
+            o.changeTimeoutMs,
+            agent,
+          )
+          : await pollUntil(
+            agent,
+            t0,
+            async () => {
+              const rules = await natChainRules(ns, chains.svc);
+              return rules !== null && rules.some((r) => r.endsWith(`-j ${chains.sep}`));
+            },
+            o.changeTimeoutMs,
+            0,
+          );
         if (seen === null) {
           figures.note = `endpoint change ${g} not in the kernel within ${o.changeTimeoutMs} ms`;
           break;
@@ -442,10 +552,13 @@ export async function benchAgent(o: AgentBenchOptions): Promise<AgentFigures> {
         o.progress(`agent ${n} services: endpoint change ${g} in the kernel after ${seen.ms} ms`);
         await sleep(700);
       }
+      const commitFloorMs = await commitFloor(ns);
       if (samples.length > 0) {
         figures.endpointChange = {
           ...summarize(samples),
           pollMs,
+          observedBy: monitor !== null ? "xtables-monitor" : "poll",
+          commitFloorMs,
           agentReportedSyncMs: reported.length > 0 ? summarize(reported) : null,
           agentModes: [...modes],
           agentPayloadBytes: payloadBytes,

@@ -4,7 +4,7 @@
  */
 import type { BenchResults } from "./results.ts";
 import type { RestoreFigure } from "./restore_bench.ts";
-import type { Observed } from "./agent_bench.ts";
+import type { Observed, RssFigure } from "./agent_bench.ts";
 
 /** A titled table. */
 export interface Table {
@@ -15,6 +15,10 @@ export interface Table {
 
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KiB`;
 const ms = (x: number | null | undefined) => (x == null ? "–" : `${x}`);
+const rssCell = (r: RssFigure) =>
+  r.rssAnonMiB === undefined
+    ? `${r.vmRssMiB} (${r.vmHwmMiB})`
+    : `${r.vmRssMiB} = ${r.rssAnonMiB} + ${r.rssFileMiB} (${r.vmHwmMiB})`;
 const obs = (o: Observed | null | undefined) => (o == null ? "–" : `${o.ms} (±${o.pollMs})`);
 
 function restoreCell(r: RestoreFigure | undefined): string {
@@ -120,8 +124,9 @@ export function resultTables(res: BenchResults): Table[] {
         "all rules",
         "agent-logged first sync",
         "endpoint change → kernel (median/min/max)",
+        "kernel floor: any rule-adding commit",
         "agent-logged partial sync",
-        "RSS settled (peak)",
+        "RSS settled: VmRSS = anon + file (peak)",
         "cache: first rule",
         "cache: all rules",
         "note",
@@ -135,11 +140,16 @@ export function resultTables(res: BenchResults): Table[] {
           obs(s?.firstRule),
           obs(s?.allRules),
           s?.agentReportedSyncMs == null ? "–" : `${s.agentReportedSyncMs} (at ${s.agentLoggedSyncAtMs})`,
-          c ? `${c.median} / ${c.min} / ${c.max} (±${c.pollMs})` : "–",
+          c
+            ? `${c.median} / ${c.min} / ${c.max} (${
+              c.observedBy === "xtables-monitor" ? "monitor" : `±${c.pollMs}`
+            })`
+            : "–",
+          c?.commitFloorMs == null ? "–" : `${c.commitFloorMs}`,
           c?.agentReportedSyncMs
             ? `${c.agentReportedSyncMs.median} (${c.agentModes.join("/")}, ${c.agentPayloadBytes ?? "?"} B)`
             : "–",
-          a.settledRss ? `${a.settledRss.vmRssMiB} (${a.settledRss.vmHwmMiB})` : "–",
+          a.settledRss ? rssCell(a.settledRss) : "–",
           obs(a.fromCache?.firstRule),
           obs(a.fromCache?.allRules),
           [a.note, a.cacheNote ?? ""].filter((x) => x !== "").join("; ").slice(0, 160) || "",
@@ -150,8 +160,15 @@ export function resultTables(res: BenchResults): Table[] {
   if (res.idleRss) {
     tables.push({
       title: "Idle agent (empty cluster)",
-      headers: ["VmRSS MiB", "VmHWM MiB", "note"],
-      rows: [[ms(res.idleRss.rss?.vmRssMiB), ms(res.idleRss.rss?.vmHwmMiB), res.idleRss.note]],
+      headers: ["VmRSS MiB", "of which anon / file", "VmHWM MiB", "note"],
+      rows: [[
+        ms(res.idleRss.rss?.vmRssMiB),
+        res.idleRss.rss?.rssAnonMiB === undefined
+          ? "–"
+          : `${res.idleRss.rss.rssAnonMiB} / ${res.idleRss.rss.rssFileMiB}`,
+        ms(res.idleRss.rss?.vmHwmMiB),
+        res.idleRss.note,
+      ]],
     });
   }
   tables.push({

@@ -156,9 +156,11 @@ export function evaluateTargets(f: Figures): TargetResult[] {
       100,
       "ms",
       c
-        ? `median of ${c.n}: ${c.median} ms (min ${c.min}, max ${c.max}; poll ${c.pollMs} ms; agent-logged sync ${
+        ? `median of ${c.n}: ${c.median} ms (min ${c.min}, max ${c.max}; ${
+          c.observedBy === "xtables-monitor" ? "commit seen by xtables-monitor" : `poll ${c.pollMs} ms`
+        }; agent-logged sync ${
           c.agentReportedSyncMs?.median ?? "n/a"
-        } ms)`
+        } ms; kernel floor of a rule-adding commit ${c.commitFloorMs ?? "n/a"} ms)`
         : missing(f, 10000, "agent"),
     ));
   }
@@ -172,7 +174,11 @@ export function evaluateTargets(f: Figures): TargetResult[] {
       rss?.vmRssMiB ?? null,
       100,
       "MiB",
-      rss ? `VmRSS ${rss.vmRssMiB} MiB, peak VmHWM ${rss.vmHwmMiB} MiB` : missing(f, 10000, "agent"),
+      rss
+        ? `VmRSS ${rss.vmRssMiB} MiB${
+          rss.rssAnonMiB === undefined ? "" : ` (anon ${rss.rssAnonMiB}, file-backed ${rss.rssFileMiB})`
+        }, peak VmHWM ${rss.vmHwmMiB} MiB`
+        : missing(f, 10000, "agent"),
     ));
   }
 
@@ -186,7 +192,11 @@ export function evaluateTargets(f: Figures): TargetResult[] {
       60,
       "MiB",
       idle?.rss
-        ? `VmRSS ${idle.rss.vmRssMiB} MiB, peak ${idle.rss.vmHwmMiB} MiB`
+        ? `VmRSS ${idle.rss.vmRssMiB} MiB${
+          idle.rss.rssAnonMiB === undefined
+            ? ""
+            : ` (anon ${idle.rss.rssAnonMiB}, file-backed ${idle.rss.rssFileMiB})`
+        }, peak ${idle.rss.vmHwmMiB} MiB`
         : idle?.note || "idle RSS not measured in this run",
     ));
   }

@@ -93,6 +93,34 @@ test("targets compare measured figures with their limits (PASS, MISS, NOT MEASUR
   assert.equal(byId.get("rss-idle")?.status, "MISS");
   assert.equal(byId.get("compute-10k")?.status, "NOT MEASURED", "no restore figure");
   assert.equal(byId.get("start-5k")?.status, "NOT MEASURED");
+  assert.match(byId.get("change-latency-10k")!.detail, /poll 10 ms/);
+
+  // Observed by xtables-monitor, with the kernel's commit floor and the anon/file split of RSS.
+  const monitored: Figures = {
+    ...figures,
+    agent: {
+      "10000": {
+        ...agent,
+        settledRss: { vmRssMiB: 140, vmHwmMiB: 150, rssAnonMiB: 100, rssFileMiB: 40 },
+        endpointChange: {
+          ...agent.endpointChange!,
+          pollMs: 0,
+          observedBy: "xtables-monitor",
+          commitFloorMs: 33,
+        },
+      },
+    },
+  };
+  const m = new Map(evaluateTargets(monitored).map((t) => [t.id, t]));
+  assert.match(
+    m.get("change-latency-10k")!.detail,
+    /commit seen by xtables-monitor.*floor of a rule-adding commit 33 ms/,
+  );
+  assert.match(m.get("rss-10k")!.detail, /anon 100, file-backed 40/);
+  const table = resultTables({ ...res, ...monitored, targets: evaluateTargets(monitored) }).map(tableText)
+    .join("\n");
+  assert.match(table, /140 = 100 \+ 40 \(150\)/);
+  assert.match(table, /\(monitor\)/);
 });
 
 test("statistics helpers: median and the fitted scaling exponent", () => {

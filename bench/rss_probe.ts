@@ -1,0 +1,105 @@
+/**
+ * Diagnostic for the RSS gaps: runs the agent at N Services (as agent_bench.ts) and prints its VmRSS and
+ * VmHWM every 2 s, its own "released memory" and "sync took" log lines, and, 20 s after all rules are in,
+ * where the resident pages are: RssAnon / RssFile and the resident size of each mapping (the executable's
+ * code and embedded bundle, anonymous memory, libraries).
+ *
+ *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
+ *
+ * Prints figures; nothing goes to results.json.
+ */
+import { parseArgs } from "node:util";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import process from "node:process";
+import { NetnsScope } from "../tests/support/netns.ts";
+import { syntheticCluster } from "./synthetic_cluster.ts";
+import { kubeServicesRuleCount } from "./render_bench.ts";
+import {
+  agentArgs,
+  type ApiSetup,
+  observeStart,
+  readRss,
+  startAgent,
+  startApi,
+  startNsBridge,
+  stopAgent,
+} from "./agent_bench.ts";
+import { sleep } from "./stats.ts";
+
+/** Resident MiB per mapping name ("[anon]" for anonymous mappings) from /proc/<pid>/smaps. */
+export function residentByMapping(smaps: string): Map<string, number> {
+  const byName = new Map<string, number>();
+  let current = "";
+  for (const line of smaps.split("\n")) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      current = head[1] || "[anon]";
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) byName.set(current, (byName.get(current) ?? 0) + Number(rss[1]) / 1024);
+  }
+  return byName;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    options: {
+      services: { type: "string", default: "10000" },
+      binary: { type: "string", default: fileURLToPath(new URL("../dist/edgeproxy", import.meta.url)) },
+      watch: { type: "string", default: "40" },
+      extra: { type: "string", multiple: true, default: [] },
+    },
+  });
+  const n = Number(values.services);
+  const cluster = syntheticCluster({ services: n });
+  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-rss-"));
+  const scope = new NetnsScope("brss");
+  let setup: ApiSetup | null = null;
+  try {
+    setup = await startApi(cluster, dir);
+    const ns = await scope.create("a");
+    await startNsBridge(scope, ns, setup.api.port, join(dir, "api.sock"));
+    const agent = startAgent(
+      scope,
+      ns,
+      values.binary!,
+      agentArgs(setup.kubeconfig, "bench-node", join(dir, "state"), values.extra as string[]),
+    );
+    const t = () => Math.round(performance.now() - agent.startedAt);
+    agent.child.stderr?.on("data", (b: Buffer) => {
+      for (const l of b.toString().split("\n")) {
+        if (/released memory|sync of IPv\d rules took/.test(l)) process.stdout.write(`  t=${t()} ${l}\n`);
+      }
+    });
+    const timer = setInterval(() => {
+      const r = readRss(agent.pid);
+      if (r) process.stdout.write(`  t=${t()} VmRSS ${r.vmRssMiB} MiB, VmHWM ${r.vmHwmMiB} MiB\n`);
+    }, 2000);
+    const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
+    process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+    const watchMs = Number(values.watch) * 1000;
+    await sleep(Math.min(20_000, watchMs));
+    const status = readFileSync(`/proc/${agent.pid}/status`, "utf8").split("\n")
+      .filter((l) => /^(VmRSS|VmHWM|RssAnon|RssFile|Threads)/.test(l)).map((l) => l.replace(/\s+/g, " "));
+    process.stdout.write(`  ${status.join(" | ")}\n`);
+    const maps = [...residentByMapping(readFileSync(`/proc/${agent.pid}/smaps`, "utf8"))]
+      .sort((a, b) => b[1] - a[1]).slice(0, 6);
+    for (const [name, mib] of maps) process.stdout.write(`    ${mib.toFixed(1).padStart(7)} MiB  ${name}\n`);
+    await sleep(Math.max(0, watchMs - 20_000));
+    clearInterval(timer);
+    await stopAgent(agent);
+  } finally {
+    await scope.cleanup();
+    await setup?.bridge.close();
+    await setup?.api.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.main) await main();
