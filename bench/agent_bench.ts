@@ -360,6 +360,9 @@ export async function observeStart(
       5,
     );
   }
+  // The agent logs its "full sync … took" line after the jump rules that follow the restore: give it a
+  // moment once the rules are visible.
+  for (let i = 0; i < 100 && allRules !== null && !agent.syncs.some((s) => s.full); i++) await sleep(50);
   const firstSync = agent.syncs.find((s) => s.full);
   return {
     firstRule,
@@ -466,6 +469,51 @@ export async function startNsBridge(scope: NetnsScope, ns: Netns, port: number, 
       reject(new Error(`tcp_to_unix.ts exited ${code}`));
     });
   });
+}
+
+/** A live agent in its own namespace, against the test apiserver holding a cluster (for diagnostics). */
+export interface AgentSession {
+  readonly setup: ApiSetup;
+  readonly scope: NetnsScope;
+  readonly ns: Netns;
+  readonly agent: AgentProc;
+  /** Scratch directory of the session (deleted afterwards). */
+  readonly dir: string;
+}
+
+/**
+ * Starts the test apiserver with `cluster`, a namespace named `<prefix>-…` with the bridge to it, and the
+ * agent (`extra` flags after the bench's: later flags win); runs `fn`; always stops and deletes it all.
+ */
+export async function withAgentSession<T>(
+  o: { cluster: SyntheticCluster; prefix: string; binary: string; extra?: readonly string[] },
+  fn: (s: AgentSession) => Promise<T>,
+): Promise<T> {
+  const dir = await mkdtemp(join(tmpdir(), `edgeproxy-${o.prefix}-`));
+  const scope = new NetnsScope(o.prefix);
+  let setup: ApiSetup | null = null;
+  try {
+    setup = await startApi(o.cluster, dir);
+    const ns = await scope.create("a");
+    await startNsBridge(scope, ns, setup.api.port, join(dir, "api.sock"));
+    const nodeName = o.cluster.node.metadata?.name ?? "bench-node";
+    const agent = startAgent(
+      scope,
+      ns,
+      o.binary,
+      agentArgs(setup.kubeconfig, nodeName, join(dir, "state"), o.extra),
+    );
+    try {
+      return await fn({ setup, scope, ns, agent, dir });
+    } finally {
+      await stopAgent(agent);
+    }
+  } finally {
+    await scope.cleanup();
+    await setup?.bridge.close();
+    await setup?.api.close();
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** Runs the agent benchmarks for one cluster; never throws for agent failures (they become `note`). */

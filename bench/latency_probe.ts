@@ -1,36 +1,32 @@
 /**
  * Diagnostic for the change-latency gap: where do the milliseconds between an EndpointSlice update and
- * the rule in the kernel go? Runs the agent at N Services (as agent_bench.ts), then measures, in the
- * agent's namespace and in a scratch namespace holding the same ruleset:
+ * the rule in the kernel go? Runs the agent at N Services (as agent_bench.ts), then measures, in its
+ * namespace:
  *
  * - `iptables -t nat -S <chain>` (the bench's poll) and a small `-I`/`-D` restore;
  * - endpoint changes with nobody polling, with the bench's poller, and observed by `xtables-monitor`
  *   (netlink events, no polling: the commit time itself);
+ * - a restore shaped like the agent's partial sync, with the agent alive, killed, and with the nat jump
+ *   rules from the built-in chains removed (what nf_tables validates at commit, bench/README.md);
  *
  *   bun bench/latency_probe.ts [--services=10000] [--changes=3] [--binary=dist/edgeproxy] [--extra=<flag>]…
  *
  * Prints figures; nothing goes to results.json.
  */
 import { parseArgs } from "node:util";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import process from "node:process";
-import { type Netns, NetnsScope, run } from "../tests/support/netns.ts";
+import { type Netns, type NetnsScope, run } from "../tests/support/netns.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../lib/iptables/jump_rules_table.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { oneEndpointChange, plainServiceIndex } from "./cluster_model.ts";
 import { kubeServicesRuleCount } from "./render_bench.ts";
 import {
-  agentArgs,
   type AgentProc,
   type ApiSetup,
   changeChains,
   observeStart,
-  startAgent,
-  startApi,
-  startNsBridge,
-  stopAgent,
+  withAgentSession,
 } from "./agent_bench.ts";
 import { round, sleep, summarize } from "./stats.ts";
 
@@ -188,70 +184,61 @@ async function main(): Promise<void> {
   const k = Number(values.changes);
   const cluster = syntheticCluster({ services: n });
   const index = plainServiceIndex(cluster);
-  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-probe-"));
-  const scope = new NetnsScope("bprb");
-  let setup: ApiSetup | null = null;
-  try {
-    setup = await startApi(cluster, dir);
-    const ns = await scope.create("a");
-    await startNsBridge(scope, ns, setup.api.port, join(dir, "api.sock"));
-    const agent = startAgent(
-      scope,
-      ns,
-      values.binary!,
-      // Later flags win (pflag), so --extra=--state-dir= turns the state cache off.
-      agentArgs(setup.kubeconfig, "bench-node", join(dir, "state"), values.extra as string[]),
-    );
-    const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
-    process.stdout.write(`agent ${n}: all rules after ${start.allRules?.ms} ms\n`);
-    await sleep(5000);
-    const svcChain = changeChains(cluster, index, 1).svc;
-    await probeKernel(ns, "agent ns, agent alive", svcChain, 5);
+  await withAgentSession(
+    // Later flags win (pflag), so --extra=--state-dir= turns the state cache off.
+    { cluster, prefix: "bprb", binary: values.binary!, extra: values.extra as string[] },
+    async ({ setup, scope, ns, agent }) => {
+      const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
+      process.stdout.write(`agent ${n}: all rules after ${start.allRules?.ms} ms\n`);
+      await sleep(5000);
+      const svcChain = changeChains(cluster, index, 1).svc;
+      await probeKernel(ns, "agent ns, agent alive", svcChain, 5);
 
-    let gen = 1;
-    const gens = () => Array.from({ length: k }, () => gen++);
-    await changes("no poller", agent, setup, cluster, index, gens(), () => Promise.resolve(null));
-    await changes("bench poller", agent, setup, cluster, index, gens(), async (chains, t0) => {
-      while (performance.now() - t0 < 10_000) {
-        const r = await run([...ns.prefix, IPTABLES, "-w", "5", "-t", "nat", "-S", chains.svc]);
-        if (r.stdout.split("\n").some((l) => l.endsWith(`-j ${chains.sep}`))) {
-          return round(performance.now() - t0);
+      let gen = 1;
+      const gens = () => Array.from({ length: k }, () => gen++);
+      await changes("no poller", agent, setup, cluster, index, gens(), () => Promise.resolve(null));
+      await changes("bench poller", agent, setup, cluster, index, gens(), async (chains, t0) => {
+        while (performance.now() - t0 < 10_000) {
+          const r = await run([...ns.prefix, IPTABLES, "-w", "5", "-t", "nat", "-S", chains.svc]);
+          if (r.stdout.split("\n").some((l) => l.endsWith(`-j ${chains.sep}`))) {
+            return round(performance.now() - t0);
+          }
         }
-      }
-      return null;
-    });
-    const mon = startMonitor(scope, ns);
-    await sleep(1000);
-    await changes("xtables-monitor", agent, setup, cluster, index, gens(), async (chains, t0) => {
-      while (performance.now() - t0 < 10_000) {
-        const hit = mon.lines.find((l) =>
-          l.at >= t0 && l.text.includes(chains.svc) && l.text.includes(chains.sep)
-        );
-        if (hit) return round(hit.at - t0);
-        await sleep(2);
-      }
-      return null;
-    });
+        return null;
+      });
+      const mon = startMonitor(scope, ns);
+      await sleep(1000);
+      await changes("xtables-monitor", agent, setup, cluster, index, gens(), async (chains, t0) => {
+        while (performance.now() - t0 < 10_000) {
+          const hit = mon.lines.find((l) =>
+            l.at >= t0 && l.text.includes(chains.svc) && l.text.includes(chains.sep)
+          );
+          if (hit) return round(hit.at - t0);
+          await sleep(2);
+        }
+        return null;
+      });
 
-    await replayShape(ns, "agent ns, agent alive", svcChain);
-    agent.child.kill("SIGKILL");
-    await sleep(500);
-    await probeKernel(ns, "agent ns, agent killed", svcChain, 5);
-    await replayShape(ns, "agent ns, agent killed", svcChain);
+      await replayShape(ns, "agent ns, agent alive", svcChain);
+      agent.child.kill("SIGKILL");
+      await sleep(500);
+      await probeKernel(ns, "agent ns, agent killed", svcChain, 5);
+      await replayShape(ns, "agent ns, agent killed", svcChain);
 
-    const saved = await run([...ns.prefix, "/usr/sbin/iptables-save"]);
-    const fresh = await scope.create("b");
-    const r = await run([...fresh.prefix, "/usr/sbin/iptables-restore", "-w", "5"], { input: saved.stdout });
-    if (r.code !== 0) throw new Error(`plain restore into scratch failed: ${r.stderr.slice(0, 300)}`);
-    await probeKernel(fresh, "scratch ns (plain restore of the agent's save)", svcChain, 5);
-    await replayShape(fresh, "scratch ns (plain restore of the agent's save)", svcChain);
-    await stopAgent(agent);
-  } finally {
-    await scope.cleanup();
-    await setup?.bridge.close();
-    await setup?.api.close();
-    await rm(dir, { recursive: true, force: true });
-  }
+      // The cause: without the jumps from the built-in chains into KUBE-SERVICES, nf_tables has almost
+      // nothing to validate at commit, and the same restore is cheap.
+      const r = await run([...ns.prefix, "/usr/sbin/iptables-restore", "-w", "5", "--noflush"], {
+        input: `*nat\n${
+          IPTABLES_JUMP_RULES.filter((j) => j.table === "nat").map((j) =>
+            jumpRuleLine(j).replace(/^-A /, "-D ")
+          )
+            .join("\n")
+        }\nCOMMIT\n`,
+      });
+      if (r.code !== 0) throw new Error(`removing the nat jump rules failed: ${r.stderr.slice(0, 300)}`);
+      await replayShape(ns, "agent ns, agent killed, nat jump rules removed", svcChain);
+    },
+  );
 }
 
 if (import.meta.main) await main();

@@ -10,24 +10,11 @@
  */
 import { parseArgs } from "node:util";
 import { readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import process from "node:process";
-import { NetnsScope } from "../tests/support/netns.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { kubeServicesRuleCount } from "./render_bench.ts";
-import {
-  agentArgs,
-  type ApiSetup,
-  observeStart,
-  readRss,
-  startAgent,
-  startApi,
-  startNsBridge,
-  stopAgent,
-} from "./agent_bench.ts";
+import { observeStart, readRss, withAgentSession } from "./agent_bench.ts";
 import { sleep } from "./stats.ts";
 
 /** Resident MiB per mapping name ("[anon]" for anonymous mappings) from /proc/<pid>/smaps. */
@@ -58,48 +45,38 @@ async function main(): Promise<void> {
   });
   const n = Number(values.services);
   const cluster = syntheticCluster({ services: n });
-  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-rss-"));
-  const scope = new NetnsScope("brss");
-  let setup: ApiSetup | null = null;
-  try {
-    setup = await startApi(cluster, dir);
-    const ns = await scope.create("a");
-    await startNsBridge(scope, ns, setup.api.port, join(dir, "api.sock"));
-    const agent = startAgent(
-      scope,
-      ns,
-      values.binary!,
-      agentArgs(setup.kubeconfig, "bench-node", join(dir, "state"), values.extra as string[]),
-    );
-    const t = () => Math.round(performance.now() - agent.startedAt);
-    agent.child.stderr?.on("data", (b: Buffer) => {
-      for (const l of b.toString().split("\n")) {
-        if (/released memory|sync of IPv\d rules took/.test(l)) process.stdout.write(`  t=${t()} ${l}\n`);
+  await withAgentSession(
+    { cluster, prefix: "brss", binary: values.binary!, extra: values.extra as string[] },
+    async ({ ns, agent }) => {
+      const t = () => Math.round(performance.now() - agent.startedAt);
+      agent.child.stderr?.on("data", (b: Buffer) => {
+        for (const l of b.toString().split("\n")) {
+          if (/released memory|sync of IPv\d rules took/.test(l)) process.stdout.write(`  t=${t()} ${l}\n`);
+        }
+      });
+      const timer = setInterval(() => {
+        const r = readRss(agent.pid);
+        if (r) process.stdout.write(`  t=${t()} VmRSS ${r.vmRssMiB} MiB, VmHWM ${r.vmHwmMiB} MiB\n`);
+      }, 2000);
+      try {
+        const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
+        process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+        const watchMs = Number(values.watch) * 1000;
+        await sleep(Math.min(20_000, watchMs));
+        const status = readFileSync(`/proc/${agent.pid}/status`, "utf8").split("\n")
+          .filter((l) => /^(VmRSS|VmHWM|RssAnon|RssFile|Threads)/.test(l)).map((l) => l.replace(/\s+/g, " "));
+        process.stdout.write(`  ${status.join(" | ")}\n`);
+        const maps = [...residentByMapping(readFileSync(`/proc/${agent.pid}/smaps`, "utf8"))]
+          .sort((a, b) => b[1] - a[1]).slice(0, 6);
+        for (const [name, mib] of maps) {
+          process.stdout.write(`    ${mib.toFixed(1).padStart(7)} MiB  ${name}\n`);
+        }
+        await sleep(Math.max(0, watchMs - 20_000));
+      } finally {
+        clearInterval(timer);
       }
-    });
-    const timer = setInterval(() => {
-      const r = readRss(agent.pid);
-      if (r) process.stdout.write(`  t=${t()} VmRSS ${r.vmRssMiB} MiB, VmHWM ${r.vmHwmMiB} MiB\n`);
-    }, 2000);
-    const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
-    process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
-    const watchMs = Number(values.watch) * 1000;
-    await sleep(Math.min(20_000, watchMs));
-    const status = readFileSync(`/proc/${agent.pid}/status`, "utf8").split("\n")
-      .filter((l) => /^(VmRSS|VmHWM|RssAnon|RssFile|Threads)/.test(l)).map((l) => l.replace(/\s+/g, " "));
-    process.stdout.write(`  ${status.join(" | ")}\n`);
-    const maps = [...residentByMapping(readFileSync(`/proc/${agent.pid}/smaps`, "utf8"))]
-      .sort((a, b) => b[1] - a[1]).slice(0, 6);
-    for (const [name, mib] of maps) process.stdout.write(`    ${mib.toFixed(1).padStart(7)} MiB  ${name}\n`);
-    await sleep(Math.max(0, watchMs - 20_000));
-    clearInterval(timer);
-    await stopAgent(agent);
-  } finally {
-    await scope.cleanup();
-    await setup?.bridge.close();
-    await setup?.api.close();
-    await rm(dir, { recursive: true, force: true });
-  }
+    },
+  );
 }
 
 if (import.meta.main) await main();

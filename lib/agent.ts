@@ -9,6 +9,7 @@ import process from "node:process";
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "./config/types.ts";
 import type { Node } from "./k8s/objects.ts";
 import type { IPFamily } from "./model/types.ts";
+import type { IptablesRunner } from "./iptables/runner.ts";
 import type { ProxyHandlers } from "./source/handlers.ts";
 import { log } from "./log.ts";
 import { StateStore } from "./source/state_store.ts";
@@ -75,12 +76,19 @@ export function nodeNameFor(config: KubeProxyConfiguration): string {
   return (config.hostnameOverride.trim() || hostname()).toLowerCase();
 }
 
-/** Families to proxy: IPv4 always; IPv6 when the host can program it (or, in dry-run, when configured). */
-async function chooseFamilies(config: KubeProxyConfiguration, dryRun: boolean): Promise<IPFamily[]> {
+/**
+ * Families to proxy: IPv4 always; IPv6 when the host can program it (or, in dry-run, when configured).
+ * Also returns the IPv6 runner the probe created, for the IPv6 host.
+ */
+async function chooseFamilies(
+  config: KubeProxyConfiguration,
+  dryRun: boolean,
+): Promise<{ families: IPFamily[]; ip6Runner: IptablesRunner | null }> {
   const v6Configured = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
-  if (dryRun) return v6Configured ? ["IPv4", "IPv6"] : ["IPv4"];
-  const { ip6tablesUsable } = await import("./proxier/iptables_host.ts");
-  return (await ip6tablesUsable()) ? ["IPv4", "IPv6"] : ["IPv4"];
+  if (dryRun) return { families: v6Configured ? ["IPv4", "IPv6"] : ["IPv4"], ip6Runner: null };
+  const { usableIp6tablesRunner } = await import("./proxier/iptables_host.ts");
+  const ip6Runner = await usableIp6tablesRunner();
+  return { families: ip6Runner ? ["IPv4", "IPv6"] : ["IPv4"], ip6Runner };
 }
 
 /**
@@ -142,7 +150,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     nodeEligibleWhenUnknown: options.manifests !== "",
   });
 
-  const families = await chooseFamilies(config, dryRun);
+  const { families, ip6Runner } = await chooseFamilies(config, dryRun);
   const out = (text: string) => process.stdout.write(text);
   let resolveDone: (code: number) => void = () => {};
   const done = new Promise<number>((r) => (resolveDone = r));
@@ -170,7 +178,11 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
       host = createDryRunHost(family, out);
     } else {
       const { createIptablesHost } = await import("./proxier/iptables_host.ts");
-      const h = await createIptablesHost(family, (m) => log.warn(m));
+      const h = await createIptablesHost(
+        family,
+        (m) => log.warn(m),
+        family === "IPv6" ? ip6Runner ?? undefined : undefined,
+      );
       host = h.host;
       features = { ...features, randomFully: h.randomFully };
     }

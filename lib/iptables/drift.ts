@@ -4,8 +4,8 @@
  * Upstream only notices when its KUBE-PROXY-CANARY disappears; this check runs every syncPeriod and the
  * caller forces a full sync when it reports drift.
  *
- * `DriftTracker` learns what must be there from each successful restore payload (rule counts per chain:
- * the always-rewritten chains such as nat KUBE-SERVICES, plus every per-service chain) and the jump rules.
+ * What must be there comes from the restore payloads applied (OwnedRules: rule counts per chain, the
+ * always-rewritten chains such as nat KUBE-SERVICES plus every per-service chain) and the jump rules.
  * Rules are compared by count, not text, because iptables-save normalises what we write (match order,
  * "/32" suffixes, quoting).
  *
@@ -19,7 +19,8 @@
 import { isServiceChainName } from "./chain_names.ts";
 import { DEFAULT_ENSURED_JUMP_RULES } from "./jump_rules.ts";
 import type { JumpRule } from "./jump_rules_table.ts";
-import { parseRestorePayload, ruleTarget } from "./restore_plan.ts";
+import { ruleTarget } from "./restore_plan.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
 import { parseIptablesSave, type SavedTables } from "./save_parse.ts";
 
@@ -58,73 +59,86 @@ export interface DriftCheckOptions {
 const DEFAULT_SAMPLE = 16;
 const DEFAULT_MAX_REASONS = 10;
 
+/** Splits what we believe we own (chain → rule count per table) into a check's expectation. */
+export function expectationFromOwned(
+  owned: OwnedRules,
+  jumpRules: readonly JumpRule[] = DEFAULT_ENSURED_JUMP_RULES,
+): DriftExpectation {
+  const fixedChains = new Map<string, Map<string, number>>();
+  const serviceChains = new Map<string, number>();
+  for (const [table, chains] of owned) {
+    const fixed = new Map<string, number>();
+    for (const [chain, n] of chains) {
+      if (table === "nat" && isServiceChainName(chain)) serviceChains.set(chain, n);
+      else fixed.set(chain, n);
+    }
+    fixedChains.set(table, fixed);
+  }
+  return { fixedChains, serviceChains, jumpRules };
+}
+
 /**
- * Keeps the expectation up to date from restore payloads. Call `recordRestore` after each successful
- * restore (full syncs replace the per-service set, partial syncs merge), and `reset` after a failed one
- * (some transactions may have been applied; the next full sync records afresh).
+ * One check against the kernel, by backend unless `opts.mode` says otherwise: legacy lists whole tables
+ * with every `-S`, so one iptables-save per table is cheaper there; nft lists single chains, so the cheap
+ * check reads the fixed chains and `sampleSize` per-service chains from position `cursor` (sorted by
+ * name). Returns the report and where the next sample starts.
+ */
+export async function checkDrift(
+  runner: IptablesRunner,
+  exp: DriftExpectation,
+  cursor: number,
+  opts: DriftCheckOptions = {},
+): Promise<{ report: DriftReport; cursor: number }> {
+  const mode = opts.mode ?? "auto";
+  if (mode === "full" || (mode === "auto" && runner.version.backend === "legacy")) {
+    return { report: await checkDriftFull(runner, exp, opts.maxReasons), cursor };
+  }
+  const names = [...exp.serviceChains.keys()].sort();
+  const size = Math.min(names.length, Math.max(0, opts.sampleSize ?? DEFAULT_SAMPLE));
+  const sample: string[] = [];
+  for (let i = 0; i < size; i++) sample.push(names[(cursor + i) % names.length]);
+  const next = names.length === 0 ? 0 : (cursor + size) % names.length;
+  return { report: await checkDriftCheap(runner, exp, sample, opts.maxReasons), cursor: next };
+}
+
+/**
+ * Keeps the expectation up to date from restore payloads (through OwnedRules, what the proxier keeps)
+ * and runs rotating checks. Call `recordRestore` after each successful restore (full syncs replace what
+ * was known, partial syncs apply on top), and `reset` after a failed one (some transactions may have been
+ * applied; the next full sync records afresh).
  */
 export class DriftTracker {
-  private fixed = new Map<string, Map<string, number>>();
-  private service = new Map<string, number>();
-  private known = false;
-  private cursor = 0;
+  #owned: OwnedRules = new Map();
+  #known = false;
+  #cursor = 0;
 
   constructor(private readonly jumpRules: readonly JumpRule[] = DEFAULT_ENSURED_JUMP_RULES) {}
 
-  /** Learns from a payload that iptables-restore just applied successfully. */
-  recordRestore(payload: string, fullSync: boolean): void {
-    const content = parseRestorePayload(payload);
-    if (fullSync) {
-      this.fixed = new Map();
-      this.service = new Map();
-    }
-    for (const t of content) {
-      let fixed = this.fixed.get(t.table);
-      if (fixed === undefined) {
-        fixed = new Map();
-        this.fixed.set(t.table, fixed);
-      }
-      for (const c of t.chains) {
-        if (t.table === "nat" && isServiceChainName(c.name)) this.service.set(c.name, c.rules.length);
-        else fixed.set(c.name, c.rules.length);
-      }
-      for (const d of t.deleted) {
-        if (t.table === "nat") this.service.delete(d);
-        fixed.delete(d);
-      }
-    }
-    if (fullSync) this.known = true;
+  /** Learns from a payload (text or whole-line chunks) that iptables-restore just applied successfully. */
+  recordRestore(payload: string | readonly string[], fullSync: boolean): void {
+    if (fullSync) this.#owned = new Map();
+    applyPayloadToOwnedRules(this.#owned, payload);
+    if (fullSync) this.#known = true;
   }
 
   /** Forgets everything until the next full sync (after a failed restore). */
   reset(): void {
-    this.fixed = new Map();
-    this.service = new Map();
-    this.known = false;
+    this.#owned = new Map();
+    this.#known = false;
   }
 
   /** The current expectation, or null before the first full sync is recorded. */
   expectation(): DriftExpectation | null {
-    if (!this.known) return null;
-    return { fixedChains: this.fixed, serviceChains: this.service, jumpRules: this.jumpRules };
+    return this.#known ? expectationFromOwned(this.#owned, this.jumpRules) : null;
   }
 
-  /**
-   * Runs a check against the kernel. Returns null when there is nothing to compare yet. The rotating
-   * sample position advances with each cheap check.
-   */
+  /** Runs a check (see `checkDrift`); null when there is nothing to compare yet. */
   async check(runner: IptablesRunner, opts: DriftCheckOptions = {}): Promise<DriftReport | null> {
     const exp = this.expectation();
     if (exp === null) return null;
-    const mode = opts.mode ?? "auto";
-    const full = mode === "full" || (mode === "auto" && runner.version.backend === "legacy");
-    if (full) return await checkDriftFull(runner, exp, opts.maxReasons);
-    const names = [...exp.serviceChains.keys()].sort();
-    const size = Math.min(names.length, Math.max(0, opts.sampleSize ?? DEFAULT_SAMPLE));
-    const sample: string[] = [];
-    for (let i = 0; i < size; i++) sample.push(names[(this.cursor + i) % names.length]);
-    this.cursor = names.length === 0 ? 0 : (this.cursor + size) % names.length;
-    return await checkDriftCheap(runner, exp, sample, opts.maxReasons);
+    const { report, cursor } = await checkDrift(runner, exp, this.#cursor, opts);
+    this.#cursor = cursor;
+    return report;
   }
 }
 

@@ -8,31 +8,15 @@ import type { IPFamily } from "../model/types.ts";
 import { createIptablesRunner, type IptablesRunner, type RestorePayload } from "../iptables/runner.ts";
 import { restorePlanned } from "../iptables/restore_plan.ts";
 import { chainNamesFromSave } from "../iptables/save_parse.ts";
-import { DEFAULT_ENSURED_JUMP_RULES, ensureBaseRulesBatched } from "../iptables/jump_rules.ts";
+import { ensureBaseRulesBatched } from "../iptables/jump_rules.ts";
 import { canaryFlushed } from "../iptables/canary.ts";
-import { checkDriftCheap, checkDriftFull, type DriftExpectation } from "../iptables/drift.ts";
+import { checkDrift, expectationFromOwned } from "../iptables/drift.ts";
 import { cleanupAllFamilies, iptablesPresent } from "../iptables/cleanup.ts";
-import { isServiceChainName } from "../iptables/chain_names.ts";
 import type { OwnedRules } from "../iptables/owned_rules.ts";
 import type { ProxierHost } from "./proxier.ts";
 
 /** Per-service chains sampled by each cheap drift check (rotating); fixed chains are always checked. */
 const DRIFT_SAMPLE = 32;
-
-/** Splits what we believe we own into the drift check's expectation. */
-export function expectationFromOwned(owned: OwnedRules): DriftExpectation {
-  const fixedChains = new Map<string, Map<string, number>>();
-  const serviceChains = new Map<string, number>();
-  for (const [table, chains] of owned) {
-    const fixed = new Map<string, number>();
-    for (const [chain, n] of chains) {
-      if (table === "nat" && isServiceChainName(chain)) serviceChains.set(chain, n);
-      else fixed.set(chain, n);
-    }
-    fixedChains.set(table, fixed);
-  }
-  return { fixedChains, serviceChains, jumpRules: DEFAULT_ENSURED_JUMP_RULES };
-}
 
 /** Adapts an IptablesRunner to the proxier's host interface. */
 export function iptablesHost(runner: IptablesRunner): ProxierHost {
@@ -52,41 +36,39 @@ export function iptablesHost(runner: IptablesRunner): ProxierHost {
     },
     async checkDrift(owned: OwnedRules): Promise<string | null> {
       if (await canaryFlushed(runner)) return "KUBE-PROXY-CANARY is gone (tables flushed)";
-      const exp = expectationFromOwned(owned);
-      let report;
-      if (runner.version.backend === "legacy") {
-        // iptables-legacy lists a whole table per `-S` anyway: one save per table is cheaper.
-        report = await checkDriftFull(runner, exp);
-      } else {
-        const names = [...exp.serviceChains.keys()].sort();
-        const sample: string[] = [];
-        for (let i = 0; i < Math.min(DRIFT_SAMPLE, names.length); i++) {
-          sample.push(names[(cursor + i) % names.length]);
-        }
-        cursor = names.length === 0 ? 0 : (cursor + sample.length) % names.length;
-        report = await checkDriftCheap(runner, exp, sample);
-      }
+      const { report, cursor: next } = await checkDrift(runner, expectationFromOwned(owned), cursor, {
+        sampleSize: DRIFT_SAMPLE,
+      });
+      cursor = next;
       return report.drifted ? report.reasons.join("; ") : null;
     },
   };
 }
 
-/** Creates the runner for a family and its host; `randomFully` comes from the iptables version. */
+/**
+ * The host of a family, on `runner` when the caller already has one (the IPv6 probe's), else on a new
+ * runner; `randomFully` comes from the iptables version.
+ */
 export async function createIptablesHost(
   family: IPFamily,
   warn: (m: string) => void,
+  existing?: IptablesRunner,
 ): Promise<{ host: ProxierHost; randomFully: boolean; runner: IptablesRunner }> {
-  const runner = await createIptablesRunner({ family });
+  const runner = existing ?? await createIptablesRunner({ family });
   if (runner.versionNote) warn(`${runner.binaries.iptables}: ${runner.versionNote}`);
   return { host: iptablesHost(runner), randomFully: runner.features.hasRandomFully, runner };
 }
 
-/** True when ip6tables exists and works (upstream's dual-stack detection). */
-export async function ip6tablesUsable(): Promise<boolean> {
+/**
+ * The IPv6 runner when ip6tables exists and works (upstream's dual-stack detection), else null. The
+ * runner is handed on to `createIptablesHost`, so ip6tables is probed once.
+ */
+export async function usableIp6tablesRunner(): Promise<IptablesRunner | null> {
   try {
-    return await iptablesPresent(await createIptablesRunner({ family: "IPv6" }));
+    const runner = await createIptablesRunner({ family: "IPv6" });
+    return (await iptablesPresent(runner)) ? runner : null;
   } catch {
-    return false;
+    return null;
   }
 }
 
