@@ -70,8 +70,6 @@ export interface EndpointSliceKeys {
 
 interface SliceEntry {
   readonly data: EndpointSliceData;
-  /** Canonical text of `data`, for equality. */
-  readonly canon: string;
 }
 
 interface ServiceTracker {
@@ -82,6 +80,38 @@ interface ServiceTracker {
   readonly pending: Map<string, SliceEntry | null>;
   /** Endpoints computed from `applied` at the last checkout. */
   appliedEndpoints: ServiceEndpoints;
+}
+
+/** Equal slice states (null = absent), compared by value without keeping a text copy per slice. */
+function sameEntry(a: SliceEntry | null, b: SliceEntry | null): boolean {
+  if (a === null || b === null) return a === b;
+  return sameValue(a.data, b.data);
+}
+
+/**
+ * Structural equality of the plain data endpointSliceDataFromSlice builds (objects, arrays, strings,
+ * numbers, booleans, null): same keys in the same order and equal values, as comparing their JSON would.
+ */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const bb = b as unknown[];
+    if (a.length !== bb.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameValue(a[i], bb[i])) return false;
+    return true;
+  }
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  for (let i = 0; i < ka.length; i++) {
+    if (ka[i] !== kb[i]) return false;
+    if (!sameValue((a as Record<string, unknown>)[ka[i]], (b as Record<string, unknown>)[kb[i]])) {
+      return false;
+    }
+  }
+  return true;
 }
 
 /** Options of an EndpointSliceCache. */
@@ -259,7 +289,7 @@ export class EndpointSliceCache {
     }
     this.#sliceOwner.set(ownerKey, service);
     const data = endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn);
-    const entry: SliceEntry = { data, canon: JSON.stringify(data) };
+    const entry: SliceEntry = { data };
     if (this.#setPending(service, keys.sliceName, entry, keys)) changed.push(service);
     return changed;
   }
@@ -321,8 +351,8 @@ export class EndpointSliceCache {
     }
     const applied = t.applied.get(sliceName) ?? null;
     const latest = t.pending.has(sliceName) ? t.pending.get(sliceName)! : applied;
-    if (latest?.canon === entry?.canon) return false;
-    if (applied?.canon === entry?.canon) t.pending.delete(sliceName);
+    if (sameEntry(latest, entry)) return false;
+    if (sameEntry(applied, entry)) t.pending.delete(sliceName);
     else t.pending.set(sliceName, entry);
     if (t.pending.size > 0) {
       this.#pendingServices.add(service);

@@ -2,6 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../lib/k8s/objects.ts";
 import { EndpointsChangeTracker, EndpointsMap } from "../../lib/model/endpoints_change_tracker.ts";
+import { sameValue } from "../../lib/model/endpoint_slice_cache.ts";
 import type { IPFamily } from "../../lib/model/types.ts";
 import { servicePortKey } from "../../lib/model/types.ts";
 
@@ -529,5 +530,22 @@ describe("EndpointsChangeTracker: scale", () => {
     assert.deepEqual([...result.updatedServices], [key("ns", "svc777", "p")]);
     assert.equal(em.size, 10000);
     assert.deepEqual(em.get(key("ns", "svc777", "p"))?.map((e) => e.ip), ["10.0.0.2", "10.1.3.9"]);
+  });
+});
+
+describe("sameValue (slice change detection without a text copy per slice)", () => {
+  it("equal by value; differs on any value, key, order or length", () => {
+    const a = {
+      ports: [{ name: "http", port: 80, protocol: "TCP" }],
+      endpoints: [{ ip: "10.0.0.1", ready: true }],
+    };
+    assert.ok(sameValue(a, structuredClone(a)));
+    assert.ok(!sameValue(a, { ...a, endpoints: [{ ip: "10.0.0.2", ready: true }] }));
+    assert.ok(!sameValue(a, { ...a, endpoints: [{ ip: "10.0.0.1", ready: false }] }));
+    assert.ok(!sameValue(a, { ...a, endpoints: [] }));
+    assert.ok(!sameValue({ x: 1, y: 2 }, { y: 2, x: 1 }), "key order matters, as in the JSON it replaces");
+    assert.ok(!sameValue({ x: [1] }, { x: { 0: 1 } }));
+    assert.ok(!sameValue({ x: null }, { x: {} }));
+    assert.ok(sameValue(null, null));
   });
 });
