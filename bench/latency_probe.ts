@@ -38,34 +38,22 @@ async function timed(f: () => Promise<unknown>): Promise<number> {
   return round(performance.now() - s);
 }
 
+/** `iptables-restore --noflush --counters` of `text` in `ns`; throws with stderr unless `tolerant`. */
+async function restoreIn(ns: Netns, text: string, tolerant = false): Promise<void> {
+  const r = await run([...ns.prefix, "/usr/sbin/iptables-restore", "-w", "5", "--noflush", "--counters"], {
+    input: text,
+  });
+  if (r.code !== 0 && !tolerant) throw new Error(`iptables-restore failed: ${r.stderr.slice(0, 300)}`);
+}
+
 async function probeKernel(ns: Netns, label: string, chain: string, reps: number): Promise<void> {
   const list: number[] = [];
   const restore: number[] = [];
   for (let i = 0; i < reps; i++) {
     list.push(await timed(() => run([...ns.prefix, IPTABLES, "-w", "5", "-t", "nat", "-S", chain])));
     const rule = `-d 203.0.113.${i + 1}/32 -m comment --comment probe -j RETURN`;
-    restore.push(
-      await timed(async () => {
-        const r = await run([
-          ...ns.prefix,
-          "/usr/sbin/iptables-restore",
-          "-w",
-          "5",
-          "--noflush",
-          "--counters",
-        ], {
-          input: `*nat\n-I KUBE-SERVICES 1 ${rule}\nCOMMIT\n`,
-        });
-        if (r.code !== 0) throw new Error(`restore failed: ${r.stderr}`);
-      }),
-    );
-    restore.push(
-      await timed(() =>
-        run([...ns.prefix, "/usr/sbin/iptables-restore", "-w", "5", "--noflush", "--counters"], {
-          input: `*nat\n-D KUBE-SERVICES ${rule}\nCOMMIT\n`,
-        })
-      ),
-    );
+    restore.push(await timed(() => restoreIn(ns, `*nat\n-I KUBE-SERVICES 1 ${rule}\nCOMMIT\n`)));
+    restore.push(await timed(() => restoreIn(ns, `*nat\n-D KUBE-SERVICES ${rule}\nCOMMIT\n`, true)));
   }
   const l = summarize(list);
   const r = summarize(restore);
@@ -97,19 +85,7 @@ async function replayShape(ns: Netns, label: string, svc: string): Promise<void>
     .join("\n");
   const ts: number[] = [];
   for (let i = 0; i < 5; i++) {
-    ts.push(
-      await timed(async () => {
-        const r = await run([
-          ...ns.prefix,
-          "/usr/sbin/iptables-restore",
-          "-w",
-          "5",
-          "--noflush",
-          "--counters",
-        ], { input: text });
-        if (r.code !== 0) throw new Error(`replay failed: ${r.stderr}`);
-      }),
-    );
+    ts.push(await timed(() => restoreIn(ns, text)));
   }
   process.stdout.write(`${label}: partial-shaped restore (${text.length} B): ${ts.join(" / ")} ms\n`);
 }
@@ -227,15 +203,11 @@ async function main(): Promise<void> {
 
       // The cause: without the jumps from the built-in chains into KUBE-SERVICES, nf_tables has almost
       // nothing to validate at commit, and the same restore is cheap.
-      const r = await run([...ns.prefix, "/usr/sbin/iptables-restore", "-w", "5", "--noflush"], {
-        input: `*nat\n${
-          IPTABLES_JUMP_RULES.filter((j) => j.table === "nat").map((j) =>
-            jumpRuleLine(j).replace(/^-A /, "-D ")
-          )
-            .join("\n")
-        }\nCOMMIT\n`,
-      });
-      if (r.code !== 0) throw new Error(`removing the nat jump rules failed: ${r.stderr.slice(0, 300)}`);
+      const natJumps = IPTABLES_JUMP_RULES.filter((j) => j.table === "nat");
+      await restoreIn(
+        ns,
+        `*nat\n${natJumps.map((j) => jumpRuleLine(j).replace(/^-A /, "-D ")).join("\n")}\nCOMMIT\n`,
+      );
       await replayShape(ns, "agent ns, agent killed, nat jump rules removed", svcChain);
     },
   );
