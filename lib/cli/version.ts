@@ -7,6 +7,12 @@ import pkg from "../../package.json" with { type: "json" };
 /** The package version, e.g. "0.1.0". */
 export const VERSION: string = pkg.version;
 
+/**
+ * The upstream kube-proxy release whose behaviour (rules, flags, config, health, metrics) edgeproxy
+ * matches. Tests that compare against upstream's tables and goldens are written against this release.
+ */
+export const UPSTREAM_KUBE_PROXY_VERSION = "v1.34";
+
 /** The line `--version` prints. */
 export function versionLine(): string {
   return `edgeproxy ${VERSION} (kube-proxy compatible, iptables mode)`;
