@@ -35,7 +35,7 @@ if [ -n "${DENORT_BIN:-}" ] && [ -x "${DENORT_BIN}" ]; then
   echo "== deno compile (denort: $DENORT_BIN) ${target:+target $target}"
   DENORT_BIN="$DENORT_BIN" ./node_modules/.bin/deno "${args[@]}" main.ts
 else
-  args=(build --compile --minify --bytecode --format=esm --no-compile-autoload-dotenv --no-compile-autoload-bunfig)
+  args=(build --compile --minify --bytecode --sourcemap --format=esm --no-compile-autoload-dotenv --no-compile-autoload-bunfig)
   case "$target" in
     "") ;;
     bun-*) args+=("--target=$target") ;;

@@ -3,16 +3,23 @@
  * calls `log.info(...)`, `log.warn(...)`, `log.debug(...)` etc., optionally with one object of
  * structured fields last: `log.info("Wrote configuration", { file })`.
  *
- * Output goes to stderr (like klog), one line per message:
- * - text, not a TTY (journald, files, pipes): `<level> <message> key=value ...`, no colour, no timestamp
- *   (journald stamps lines itself);
- * - text on a TTY: the same line prefixed with a local time and with a coloured level;
- * - json (`--logging-format=json`): `{"ts":<unix seconds>,"level":"info","msg":"...",...fields}`.
+ * consola provides the logger object (its methods, log types and levels, `withTag`) and hands every
+ * call to one reporter; the reporter here writes klog's formats (lib/log/), all to stderr as
+ * kube-proxy does:
+ * - text (default): `I1123 19:50:34.575123   22152 proxier.ts:812] "Syncing iptables rules" ipFamily="IPv4"`;
+ * - json (`--logging-format=json`): `{"ts":1700769034575.123,"caller":"proxier/proxier.ts:812",
+ *   "msg":"Syncing iptables rules","v":0,"ipFamily":"IPv4"}`.
  *
  * Verbosity follows klog's `-v`: 0-3 print info and above (use `logV(n)` / `infoV(n, ...)` for klog's
- * "V(2)"-style extra info), 4-5 add debug, 6 and more add trace.
+ * "V(2)"-style extra info), 4-5 add debug (printed as klog V(4) info), 6 and more add trace (V(6)).
  */
+import process from "node:process";
 import { type ConsolaReporter, createConsola, type LogObject } from "consola";
+import { captureCaller } from "./log/caller.ts";
+import { wallMicros } from "./log/clock.ts";
+import { type LogEntry, type Severity, splitArgs } from "./log/entry.ts";
+import { formatJsonEntry } from "./log/json_entry.ts";
+import { klogBody, klogHeader } from "./log/klog_text.ts";
 
 /** Log output format, as kube-proxy's `--logging-format`. */
 export type LogFormat = "text" | "json";
@@ -27,7 +34,7 @@ export interface LoggingSettings {
   /** klog verbosity (`-v`). */
   verbosity: number;
   format: LogFormat;
-  /** Colour and timestamps for an interactive terminal; default: whether stderr is a TTY. */
+  /** Colour the text header for an interactive terminal; default: whether stderr is a TTY. */
   tty?: boolean;
   /** Output stream (tests); default process.stderr. */
   sink?: LogSink;
@@ -38,10 +45,14 @@ const LEVEL_INFO = 3;
 const LEVEL_DEBUG = 4;
 const LEVEL_TRACE = 5;
 
+/** The klog verbosity debug and trace messages are printed at. */
+const V_DEBUG = 4;
+const V_TRACE = 6;
+
 /** The consola level a klog verbosity maps to: 0-3 info, 4-5 debug, 6+ trace. */
 export function levelForVerbosity(verbosity: number): number {
-  if (verbosity >= 6) return LEVEL_TRACE;
-  if (verbosity >= 4) return LEVEL_DEBUG;
+  if (verbosity >= V_TRACE) return LEVEL_TRACE;
+  if (verbosity >= V_DEBUG) return LEVEL_DEBUG;
   return LEVEL_INFO;
 }
 
@@ -63,98 +74,64 @@ let active: ActiveSettings = {
   level: LEVEL_INFO,
 };
 
-/** The name printed for a consola log type. */
-function levelName(obj: LogObject): string {
+/** Extra properties our own calls put on a consola log object (consola copies them through). */
+interface KlogExtras {
+  /** klog V level of an infoV / infoVf message. */
+  klogV?: number;
+  /** A printf-style message (klog Infof). */
+  klogUnstructured?: boolean;
+}
+
+/** klog severity and V level of a consola log object. */
+function severityOf(obj: LogObject & KlogExtras): { severity: Severity; v: number } {
   switch (obj.type) {
     case "fatal":
+      return { severity: "F", v: 0 };
     case "error":
-      return "error";
+      return { severity: "E", v: 0 };
     case "warn":
-      return "warn";
+      return { severity: "W", v: 0 };
     case "debug":
-      return "debug";
+      return { severity: "I", v: V_DEBUG };
     case "trace":
     case "verbose":
-      return "trace";
+      return { severity: "I", v: V_TRACE };
     default:
-      return "info";
+      return { severity: "I", v: obj.klogV ?? 0 };
   }
 }
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  if (v === null || typeof v !== "object" || Array.isArray(v)) return false;
-  const proto = Object.getPrototypeOf(v);
-  return proto === Object.prototype || proto === null;
+/** A consola log object as a log entry (caller and time filled in by the caller). */
+export function toEntry(obj: LogObject & KlogExtras, micros: number, file: string, line: number): LogEntry {
+  return {
+    ...severityOf(obj),
+    micros,
+    file,
+    line,
+    logger: obj.tag ?? "",
+    unstructured: obj.klogUnstructured === true,
+    ...splitArgs(obj.args ?? []),
+  };
 }
 
-/** Splits consola args into the message text and structured fields. */
-function splitArgs(args: readonly unknown[]): { msg: string; fields: Record<string, unknown> } {
-  const words: string[] = [];
-  const fields: Record<string, unknown> = {};
-  const extra: unknown[] = [];
-  for (const a of args) {
-    if (a instanceof Error) fields.err = a.message;
-    else if (isPlainObject(a)) Object.assign(fields, a);
-    else if (typeof a === "string" && extra.length === 0 && Object.keys(fields).length === 0) words.push(a);
-    else extra.push(a);
-  }
-  if (extra.length > 0) fields.args = extra;
-  return { msg: words.join(" "), fields };
-}
+const COLOURS: Record<Severity, string> = { I: "32", W: "33", E: "31", F: "31" };
 
-function oneLine(s: string): string {
-  return s.replace(/\r?\n/g, "\\n");
-}
-
-function textValue(v: unknown): string {
-  if (typeof v === "string") return /^[^\s"=\\]+$/.test(v) ? v : JSON.stringify(v);
-  if (v === undefined) return "undefined";
-  if (typeof v === "bigint") return v.toString();
-  if (typeof v === "number" || typeof v === "boolean" || v === null) return String(v);
-  try {
-    return JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? x.toString() : x)) ?? String(v);
-  } catch {
-    return String(v);
-  }
-}
-
-const COLOURS: Record<string, string> = { error: "31", warn: "33", info: "32", debug: "36", trace: "90" };
-
-/** Formats one log object as a text line (without the trailing newline). */
-export function formatTextLine(obj: LogObject, tty = false): string {
-  const level = levelName(obj);
-  const { msg, fields } = splitArgs(obj.args ?? []);
-  const kv = Object.entries(fields).map(([k, v]) => `${k}=${textValue(v)}`);
-  const tag = obj.tag ? `[${obj.tag}] ` : "";
-  const body = oneLine(tag + [msg, ...kv].filter((x) => x !== "").join(" "));
-  if (!tty) return `${level} ${body}`;
-  const d = obj.date ?? new Date();
-  const time = `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}:${
-    String(d.getSeconds()).padStart(2, "0")
-  }.${String(d.getMilliseconds()).padStart(3, "0")}`;
-  return `\x1b[90m${time}\x1b[0m \x1b[${COLOURS[level]}m${level.padEnd(5)}\x1b[0m ${body}`;
-}
-
-/** Formats one log object as a JSON line (without the trailing newline). */
-export function formatJsonLine(obj: LogObject): string {
-  const { msg, fields } = splitArgs(obj.args ?? []);
-  const d = obj.date ?? new Date();
-  const record: Record<string, unknown> = { ts: d.getTime() / 1000, level: levelName(obj), msg };
-  if (obj.tag) record.logger = obj.tag;
-  for (const [k, v] of Object.entries(fields)) record[k in record ? `field.${k}` : k] = v;
-  try {
-    return JSON.stringify(record, (_k, x) => (typeof x === "bigint" ? x.toString() : x));
-  } catch {
-    return JSON.stringify({ ts: record.ts, level: record.level, msg, err: "unserializable log fields" });
-  }
+/** Formats one entry in the active format (without the trailing newline). */
+export function formatEntry(e: LogEntry, format: LogFormat, tty = false, pid = process.pid): string {
+  if (format === "json") return formatJsonEntry(e);
+  const header = klogHeader(e, pid);
+  if (!tty) return header + klogBody(e);
+  return `\x1b[${COLOURS[e.severity]}m${header[0]}\x1b[90m${header.slice(1)}\x1b[0m${klogBody(e)}`;
 }
 
 /** The single reporter: reads the active settings on every call, so derived loggers follow them too. */
 const reporter: ConsolaReporter = {
   log(obj) {
     if (obj.level > active.level) return;
-    const line = active.format === "json" ? formatJsonLine(obj) : formatTextLine(obj, active.tty);
-    active.sink.write(line + "\n");
+    const micros = wallMicros();
+    const caller = captureCaller();
+    const entry = toEntry(obj, micros, caller.path, caller.line);
+    active.sink.write(formatEntry(entry, active.format, active.tty) + "\n");
   },
 };
 
@@ -187,7 +164,12 @@ export function logV(n: number): boolean {
   return n <= active.verbosity;
 }
 
-/** klog's `V(n).Info(...)`: an info message printed only at `-v=n` or more. */
+/** klog's `V(n).InfoS(...)`: an info message printed only at `-v=n` or more. */
 export function infoV(n: number, message: string, ...rest: unknown[]): void {
-  if (logV(n)) log.info(message, ...rest);
+  if (logV(n)) log.info({ message, args: rest, klogV: n });
+}
+
+/** klog's `V(n).Infof(...)`: a preformatted message, printed as is (not quoted) at `-v=n` or more. */
+export function infoVf(n: number, text: string): void {
+  if (logV(n)) log.info({ message: text, args: [], klogV: n, klogUnstructured: true });
 }
