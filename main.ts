@@ -11,8 +11,9 @@ import process from "node:process";
 import { type ArgsDef, defineCommand, runMain } from "citty";
 import { FLAGS } from "./lib/cli/flags.ts";
 import { renderHelp } from "./lib/cli/help.ts";
+import { printFlags } from "./lib/cli/print_flags.ts";
 import { type Invocation, isUserError, resolveInvocation } from "./lib/cli/resolve.ts";
-import { VERSION, versionLine } from "./lib/cli/version.ts";
+import { UPSTREAM_KUBE_PROXY_VERSION, VERSION, versionLine } from "./lib/cli/version.ts";
 import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
 import { configureLogging, log } from "./lib/log.ts";
@@ -49,7 +50,7 @@ function flushStdio(): Promise<unknown> {
   return Promise.race([Promise.all([end(process.stdout), end(process.stderr)]), limit]);
 }
 
-async function execute(inv: Invocation): Promise<number> {
+async function execute(inv: Invocation, argv: readonly string[]): Promise<number> {
   configureLogging({
     verbosity: inv.config.logging.verbosity,
     format: inv.config.logging.format === "json" ? "json" : "text",
@@ -63,6 +64,7 @@ async function execute(inv: Invocation): Promise<number> {
       process.stdout.write((inv.versionRaw ? VERSION : versionLine()) + "\n");
       return 0;
     case "write-config":
+      printFlags(argv);
       try {
         await writeConfigFile(inv.writeConfigTo, inv.config);
       } catch (e) {
@@ -72,6 +74,11 @@ async function execute(inv: Invocation): Promise<number> {
       log.info("Wrote configuration", { file: inv.writeConfigTo });
       return 0;
     case "run": {
+      printFlags(argv);
+      // Upstream logs this first thing in ProxyServer.Run (not for --cleanup).
+      if (!inv.options.cleanup) {
+        log.info("Version info", { version: VERSION, upstream: UPSTREAM_KUBE_PROXY_VERSION });
+      }
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
       const { runAgent } = await import("./lib/agent.ts");
       return await runAgent(applyPlatformDefaults(inv.config), {
@@ -93,7 +100,7 @@ const command = defineCommand({
   async run({ rawArgs }) {
     let code: number;
     try {
-      code = await execute(await resolveInvocation(rawArgs));
+      code = await execute(await resolveInvocation(rawArgs), rawArgs);
     } catch (e) {
       const msg = isUserError(e) ? e.message : `edgeproxy: internal error: ${(e as Error)?.stack ?? e}`;
       process.stderr.write(msg + "\n");

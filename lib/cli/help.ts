@@ -3,7 +3,7 @@
  * defaults, wrapped for a terminal. Deprecated flags are hidden (as pflag does) but named at the end.
  */
 import { FLAG_GROUPS, type FlagDef, FLAGS, newFlagState } from "./flags.ts";
-import { versionLine } from "./version.ts";
+import { UPSTREAM_KUBE_PROXY_VERSION, versionLine } from "./version.ts";
 
 const WIDTH = 100;
 const MAX_NAME_COLUMN = 40;
@@ -41,7 +41,8 @@ export function renderHelp(): string {
   const out: string[] = [
     versionLine(),
     "kube-proxy (iptables mode) for edge and bare-metal nodes: keeps this node's iptables rules equal to",
-    "what kube-proxy would write, and keeps them in place while the apiserver is unreachable.",
+    `what kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION} would write, and keeps them in place while the apiserver is`,
+    `unreachable. Flags, configuration, health, metrics and logs follow kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}.`,
     "",
     "Usage:",
     "  edgeproxy [flags]",

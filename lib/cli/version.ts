@@ -13,7 +13,7 @@ export const VERSION: string = pkg.version;
  */
 export const UPSTREAM_KUBE_PROXY_VERSION = "v1.34";
 
-/** The line `--version` prints. */
+/** The line `--version` prints (and `--help` starts with): ours and the upstream release we match. */
 export function versionLine(): string {
-  return `edgeproxy ${VERSION} (kube-proxy compatible, iptables mode)`;
+  return `edgeproxy ${VERSION} (matches kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}, iptables mode)`;
 }

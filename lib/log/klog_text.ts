@@ -113,9 +113,9 @@ export function klogHeader(e: Pick<LogEntry, "severity" | "micros" | "file" | "l
   const d = new Date(Math.floor(e.micros / 1000));
   const micro = String(e.micros % 1_000_000).padStart(6, "0");
   const pidText = String(pid % 10_000_000).padStart(7, " ");
-  return `${e.severity}${two(d.getMonth() + 1)}${two(d.getDate())} ${two(d.getHours())}:${two(d.getMinutes())}:${
-    two(d.getSeconds())
-  }.${micro} ${pidText} ${baseName(e.file)}:${e.line}] `;
+  return `${e.severity}${two(d.getMonth() + 1)}${two(d.getDate())} ${two(d.getHours())}:${
+    two(d.getMinutes())
+  }:${two(d.getSeconds())}.${micro} ${pidText} ${baseName(e.file)}:${e.line}] `;
 }
 
 /** The message and key/value pairs after the header (no trailing newline). */
