@@ -2,7 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { renderHelp } from "../../lib/cli/help.ts";
 import { FLAG_GROUPS, FLAGS } from "../../lib/cli/flags.ts";
-import { VERSION, versionLine } from "../../lib/cli/version.ts";
+import { UPSTREAM_KUBE_PROXY_VERSION, VERSION, versionLine } from "../../lib/cli/version.ts";
 import pkg from "../../package.json" with { type: "json" };
 
 describe("--help", () => {
@@ -52,6 +52,12 @@ describe("--help", () => {
 describe("version", () => {
   it("comes from package.json", () => {
     assert.equal(VERSION, pkg.version);
-    assert.equal(versionLine(), `edgeproxy ${pkg.version} (kube-proxy compatible, iptables mode)`);
+    assert.equal(versionLine(), `edgeproxy ${pkg.version} (matches kube-proxy v1.34, iptables mode)`);
+  });
+  it("--version and --help name the upstream kube-proxy release whose behaviour is matched", () => {
+    assert.equal(UPSTREAM_KUBE_PROXY_VERSION, "v1.34");
+    assert.ok(versionLine().includes(`kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}`));
+    assert.match(renderHelp(), /what kube-proxy v1\.34 would write/);
+    assert.match(renderHelp(), /logs follow kube-proxy v1\.34\./);
   });
 });
