@@ -660,8 +660,8 @@ export const FLAGS: readonly FlagDef[] = [
   },
   cfg("logging-format", "string", "logging.format", {
     group: "Logging",
-    usage: 'Sets the log format. Permitted formats: "json", "text" (text: one plain line per message on ' +
-      "stderr; json: one JSON object per line).",
+    usage: 'Sets the log format. Permitted formats: "json", "text" (text: klog\'s lines on stderr; json: ' +
+      "one object per line on stderr, Kubernetes' JSON schema).",
   }, "logging"),
   cfg("log-flush-frequency", "duration", "logging.flushFrequency", {
     group: "Logging",
