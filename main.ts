@@ -75,8 +75,8 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
       return 0;
     case "run": {
       printFlags(argv);
-      // Upstream logs this first thing in ProxyServer.Run (not for --cleanup).
-      if (!inv.options.cleanup) {
+      // Upstream logs this first thing in ProxyServer.Run, which --cleanup and --init-only never reach.
+      if (!inv.options.cleanup && !inv.options.initOnly) {
         log.info("Version info", { version: VERSION, upstream: UPSTREAM_KUBE_PROXY_VERSION });
       }
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
