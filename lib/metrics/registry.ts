@@ -5,7 +5,8 @@
  * - numbers formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)` (`1e+06`, `1.7e+09`, `+Inf`);
  * - HELP escapes `\` and newline; label values also escape `"`;
  * - a metric without labels is exported from the start (value 0), a labelled one only once a series
- *   exists, and a family with no series is left out (no HELP/TYPE lines), as client_golang's Gather does;
+ *   exists (`initSeries` creates one at zero), and a family with no series is left out (no HELP/TYPE
+ *   lines), as client_golang's Gather does;
  * - component-base metrics carry their stability level in HELP (`[ALPHA] ...`), see `stabilityLevel`.
  * Collector metrics compute their samples at scrape time from a callback.
  */
@@ -181,6 +182,14 @@ abstract class LabelledMetric<S> {
       this.series.set(key, s);
     }
     return s.state;
+  }
+
+  /**
+   * Creates the series for `labels` at its zero value if it does not exist yet (client_golang's
+   * `WithLabelValues` without an update), so a labelled family is exported from the first scrape.
+   */
+  initSeries(labels: Labels): void {
+    this.stateFor(labels);
   }
 
   /** Drops the series for `labels` (labelled metrics only); returns whether it existed. */
