@@ -71,6 +71,8 @@ export function formatGoFloat(v: number): string {
   if (v === Infinity) return "+Inf";
   if (v === -Infinity) return "-Inf";
   if (v === 0) return "0";
+  // Integers below 1e6 print the same in both languages (the common case: counts, bucket totals).
+  if (Number.isInteger(v) && v > -1e6 && v < 1e6) return String(v);
   const neg = v < 0;
   // toExponential() without an argument yields the shortest round-tripping digits (ECMA-262), the same
   // digits Go's shortest formatting picks.
@@ -392,11 +394,9 @@ export class CollectorMetric {
 /** Any metric a registry holds. */
 export type Metric = Counter | Gauge | Histogram | CollectorMetric;
 
-/** Writes `{a="x",b="y"}` (or nothing), optionally with a trailing `le`. */
-function labelText(pairs: ReadonlyArray<readonly [string, string]>, le?: string): string {
-  const parts = pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}"`);
-  if (le !== undefined) parts.push(`le="${le}"`);
-  return parts.length === 0 ? "" : `{${parts.join(",")}}`;
+/** Writes `{a="x",b="y"}` (or nothing). */
+function labelText(pairs: ReadonlyArray<readonly [string, string]>): string {
+  return pairs.length === 0 ? "" : `{${pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}"`).join(",")}}`;
 }
 
 /** Orders series like client_golang: label values compared in label-name order. */
@@ -485,13 +485,18 @@ function renderFamily(m: Metric): string[] {
     return lines;
   }
   if (m instanceof Histogram) {
+    const les = m.buckets.map(formatGoFloat);
     for (const { pairs, state } of m.entries().sort(compareSeries)) {
       let cumulative = 0;
-      m.buckets.forEach((ub, i) => {
+      // Every bucket line of a series shares its labels; only `le` differs.
+      const prefix = `${m.name}_bucket{${
+        pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}",`).join("")
+      }le="`;
+      for (let i = 0; i < les.length; i++) {
         cumulative += state.counts[i];
-        lines.push(`${m.name}_bucket${labelText(pairs, formatGoFloat(ub))} ${formatGoFloat(cumulative)}`);
-      });
-      lines.push(`${m.name}_bucket${labelText(pairs, "+Inf")} ${formatGoFloat(state.count)}`);
+        lines.push(`${prefix}${les[i]}"} ${formatGoFloat(cumulative)}`);
+      }
+      lines.push(`${prefix}+Inf"} ${formatGoFloat(state.count)}`);
       lines.push(`${m.name}_sum${labelText(pairs)} ${formatGoFloat(state.sum)}`);
       lines.push(`${m.name}_count${labelText(pairs)} ${formatGoFloat(state.count)}`);
     }
