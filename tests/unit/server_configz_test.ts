@@ -3,6 +3,9 @@ import assert from "node:assert/strict";
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import { configzDocument } from "../../lib/server/configz.ts";
 
+/** Loose view of the document for reading nested fields. */
+type Doc = Record<string, Record<string, Record<string, unknown>>>;
+
 describe("configzDocument", () => {
   it("has the internal KubeProxyConfiguration's fields, in Go declaration order", () => {
     const doc = configzDocument(defaultConfig());
@@ -45,7 +48,7 @@ describe("configzDocument", () => {
     c.iptables.syncPeriod = 90_000;
     c.iptables.minSyncPeriod = 500;
     c.conntrack.udpTimeout = 0;
-    const doc = configzDocument(c) as Record<string, Record<string, Record<string, unknown> & unknown>>;
+    const doc = configzDocument(c) as Doc;
     assert.equal(doc.SyncPeriod, "1m30s");
     assert.equal(doc.MinSyncPeriod, "500ms");
     assert.equal(doc.Linux.Conntrack.UDPTimeout, "0s");
@@ -78,13 +81,13 @@ describe("configzDocument", () => {
     c.clusterCIDR = "10.0.0.0/8,fd00::/48";
     c.nodePortAddresses = [];
     c.featureGates = { B: true, A: false };
-    const doc = configzDocument(c) as Record<string, Record<string, Record<string, unknown> & unknown>>;
+    const doc = configzDocument(c) as Doc;
     assert.equal(doc.Mode, "iptables");
     assert.equal(doc.Linux.MasqueradeAll, true);
     assert.deepEqual(doc.DetectLocal.ClusterCIDRs, ["10.0.0.0/8", "fd00::/48"]);
     assert.deepEqual(doc.NodePortAddresses, []);
     assert.deepEqual(Object.keys(doc.FeatureGates), ["A", "B"]);
-    const d = configzDocument(defaultConfig()) as Record<string, Record<string, Record<string, unknown> & unknown>>;
+    const d = configzDocument(defaultConfig()) as Doc;
     assert.equal(d.NodePortAddresses, null);
     assert.equal(d.FeatureGates, null);
     assert.equal(d.DetectLocal.ClusterCIDRs, null);
