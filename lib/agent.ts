@@ -22,10 +22,7 @@ import { localAddresses, primaryNodeIP } from "./proxier/node_addresses.ts";
 import { type DetectLocalMode, localDetectorFor } from "./iptables/local_detector.ts";
 import { RealClock } from "./runtime/clock.ts";
 import { MemoryRelease, releaseMemory } from "./runtime/memory.ts";
-import { Registry } from "./metrics/registry.ts";
-import { createKubeProxyMetrics } from "./metrics/kubeproxy.ts";
-import { createEdgeproxyMetrics } from "./metrics/edgeproxy.ts";
-import { registerProcessMetrics } from "./metrics/process.ts";
+import { createAgentMetrics } from "./metrics/agent_metrics.ts";
 import { createHealthzApp, healthTimeoutFor, ProxyHealthServer } from "./server/proxier_health.ts";
 import { createMetricsApp } from "./server/metrics_app.ts";
 import { startHealthServers } from "./server/health_servers.ts";
@@ -124,9 +121,6 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
       );
     },
   );
-  const registry = new Registry();
-  const metrics = createKubeProxyMetrics(registry);
-  registerProcessMetrics(registry);
   const apiStats = new ApiStats();
   let store: StateStore | null = null;
   let cacheAgeBaseMs: number | null = null;
@@ -138,10 +132,8 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
         : null,
     }),
   };
-  const edgeMetrics = createEdgeproxyMetrics(registry, {
-    apiserverStats: options.manifests ? undefined : apiStats,
-    cacheState,
-  });
+  const agentMetrics = createAgentMetrics({ apiStats: options.manifests ? undefined : apiStats, cacheState });
+  const { registry, kubeproxy: metrics, edgeproxy: edgeMetrics } = agentMetrics;
   const health = new ProxyHealthServer({
     healthTimeoutMs: healthTimeoutFor(config.iptables.syncPeriod),
     metrics,
@@ -151,6 +143,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   });
 
   const { families, ip6Runner } = await chooseFamilies(config, dryRun);
+  agentMetrics.initIPFamilies(families);
   const out = (text: string) => process.stdout.write(text);
   let resolveDone: (code: number) => void = () => {};
   const done = new Promise<number>((r) => (resolveDone = r));

@@ -1,6 +1,7 @@
 /**
- * Counters about edgeproxy's conversation with the apiserver, for the metrics helper to expose (it maps them
- * to rest_client_requests_total-style series). Plain numbers only; no Prometheus code here.
+ * Counters about edgeproxy's conversation with the apiserver, for the metrics to expose (edgeproxy_apiserver_*
+ * read the snapshot; client-go's rest_client_* listen to each request, see {@link ApiStats.onRequest}).
+ * Plain numbers only; no Prometheus code here.
  */
 
 /** Request kinds counted separately (client-go's verbs as kube-proxy uses them). */
@@ -44,12 +45,26 @@ export interface ApiStatsSnapshot {
   lastContactMs: number | null;
 }
 
+/** One finished request, as {@link ApiStats.onRequest} listeners receive it. */
+export interface RequestEvent {
+  readonly resource: string;
+  readonly verb: ApiVerb;
+  /** HTTP status as a string, or {@link ERROR_CODE}. */
+  readonly code: string;
+  /** Time from sending the request to the response headers (ms); null when no response arrived. */
+  readonly latencyMs: number | null;
+  /** The apiserver's `host[:port]`, as client-go's `host` label; "" before any server is known. */
+  readonly host: string;
+}
+
 /** Mutable counters; one instance per apiserver connection. */
 export class ApiStats {
   readonly #now: () => number;
   readonly #requests = new Map<string, RequestCount>();
   readonly #resources = new Map<string, ResourceStatsSnapshot>();
   #lastContact: number | null = null;
+  #host = "";
+  readonly #listeners = new Set<(e: RequestEvent) => void>();
 
   /** `now` returns wall-clock ms (tests pass a fake). */
   constructor(now: () => number = () => Date.now()) {
@@ -65,14 +80,34 @@ export class ApiStats {
     return r;
   }
 
-  /** Counts one finished request; a numeric code also counts as contact. */
-  recordRequest(resource: string, verb: ApiVerb, code: number | typeof ERROR_CODE): void {
+  /**
+   * Counts one finished request; a numeric code also counts as contact. `latencyMs` is the time to the
+   * response headers; `server` the apiserver URL the request went to (remembered for later requests).
+   */
+  recordRequest(
+    resource: string,
+    verb: ApiVerb,
+    code: number | typeof ERROR_CODE,
+    latencyMs?: number,
+    server?: string,
+  ): void {
+    if (server !== undefined) this.#host = hostOf(server) ?? this.#host;
     const c = String(code);
     const key = `${resource}\u0000${verb}\u0000${c}`;
     const row = this.#requests.get(key);
     if (row) row.count++;
     else this.#requests.set(key, { resource, verb, code: c, count: 1 });
     if (code !== ERROR_CODE) this.recordContact(resource);
+    if (this.#listeners.size > 0) {
+      const e: RequestEvent = { resource, verb, code: c, latencyMs: latencyMs ?? null, host: this.#host };
+      for (const l of this.#listeners) l(e);
+    }
+  }
+
+  /** Calls `listener` after every {@link recordRequest}; returns a function that removes it. */
+  onRequest(listener: (e: RequestEvent) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
   }
 
   /** Notes that the apiserver answered for `resource` just now. */
@@ -116,5 +151,14 @@ export class ApiStats {
     const resources: Record<string, ResourceStatsSnapshot> = {};
     for (const k of [...this.#resources.keys()].sort()) resources[k] = { ...this.#resources.get(k)! };
     return { requests, resources, lastContactMs: this.#lastContact };
+  }
+}
+
+/** `host[:port]` of a URL (as Go's url.URL.Host), or null when it does not parse. */
+function hostOf(server: string): string | null {
+  try {
+    return new URL(server).host;
+  } catch {
+    return null;
   }
 }

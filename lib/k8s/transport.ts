@@ -214,6 +214,7 @@ export class ApiTransport {
       };
       const url = this.url(opts.path, opts.query);
       let res: Response;
+      const sentAt = performance.now();
       try {
         res = await fetchFn(url, {
           method: opts.method ?? "GET",
@@ -225,7 +226,7 @@ export class ApiTransport {
         cleanup();
         throw this.#networkError(e, opts, what, timedOut, timeoutMs);
       }
-      this.stats?.recordRequest(opts.resource, opts.verb, res.status);
+      this.stats?.recordRequest(opts.resource, opts.verb, res.status, performance.now() - sentAt, url);
       let handedOver = false;
       try {
         if (!res.ok) {
@@ -277,7 +278,7 @@ export class ApiTransport {
 
   #networkError(e: unknown, opts: RequestOptions, what: string, timedOut: boolean, timeoutMs: number): Error {
     if (opts.signal?.aborted) return e instanceof Error ? e : new DOMException("aborted", "AbortError");
-    this.stats?.recordRequest(opts.resource, opts.verb, ERROR_CODE);
+    this.stats?.recordRequest(opts.resource, opts.verb, ERROR_CODE, undefined, this.config.server);
     if (timedOut) {
       return new NetworkError(`${what}: no answer within ${timeoutMs} ms`, { cause: e, timedOut: true });
     }

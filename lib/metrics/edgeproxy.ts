@@ -38,28 +38,6 @@ export interface CacheStateSource {
 export interface EdgeproxyMetricsOptions {
   readonly apiserverStats?: ApiserverStatsSource;
   readonly cacheState?: CacheStateSource;
-  /**
-   * The apiserver's `host:port` as client-go writes it in the `host` label. When set (with
-   * `apiserverStats`), client-go's `rest_client_requests_total{code,host,method}` is also exported, which
-   * kube-proxy dashboards (kubernetes-mixin "Kube API Request Rate") read.
-   */
-  readonly restClientHost?: string;
-}
-
-/** HTTP method of a client-go verb (list, watch and get are GETs; create is a POST). */
-export function httpMethodOf(verb: string): string {
-  switch (verb) {
-    case "create":
-      return "POST";
-    case "update":
-      return "PUT";
-    case "patch":
-      return "PATCH";
-    case "delete":
-      return "DELETE";
-    default:
-      return "GET";
-  }
 }
 
 /** The edgeproxy_* metrics that are updated directly (the others are computed at scrape time). */
@@ -120,30 +98,6 @@ export function createEdgeproxyMetrics(
     "Full lists after the first (expired resource version, watch errors, poll rounds), by resource.",
     (r) => r.relists,
   );
-  const host = opts.restClientHost;
-  if (stats && host !== undefined) {
-    registry.collector({
-      name: "rest_client_requests_total",
-      help: "Number of HTTP requests, partitioned by status code, method, and host.",
-      type: "counter",
-      labelNames: ["code", "host", "method"],
-      stabilityLevel: "ALPHA",
-      collect: () => {
-        const sums = new Map<string, { code: string; method: string; count: number }>();
-        for (const r of stats.snapshot().requests) {
-          const method = httpMethodOf(r.verb);
-          const key = `${r.code} ${method}`;
-          const row = sums.get(key) ?? { code: r.code, method, count: 0 };
-          row.count += r.count;
-          sums.set(key, row);
-        }
-        return [...sums.values()].map((r) => ({
-          labels: { code: r.code, host, method: r.method },
-          value: r.count,
-        }));
-      },
-    });
-  }
   registry.collector({
     name: "edgeproxy_apiserver_last_contact_timestamp_seconds",
     help: "Last time the apiserver answered (unix seconds); 0 if it never did.",

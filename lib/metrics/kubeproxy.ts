@@ -249,3 +249,47 @@ export function createKubeProxyMetrics(
   );
   return m;
 }
+
+/** Values of the `table` label of the iptables rule-count gauges. */
+export const IPTABLES_TABLES = ["filter", "nat"] as const;
+/** Values of the `traffic_policy` label of kubeproxy_sync_proxy_rules_no_local_endpoints_total. */
+export const TRAFFIC_POLICIES = ["internal", "external"] as const;
+/** Values of the `code` label of the healthz/livez counters (the two statuses the health server answers). */
+export const HEALTH_CODES = ["200", "503"] as const;
+
+/**
+ * Creates every labelled kubeproxy_* series the agent will write, at zero, for the IP families it runs,
+ * so each family registered for iptables mode is in the first scrape (counters 0, histograms with zero
+ * counts, gauges 0) rather than after the first sync, probe or conntrack run. The label values are the
+ * ones the proxier and health server use; series that exist are left as they are.
+ */
+export function initKubeProxySeries(m: KubeProxyMetrics, families: readonly IPFamilyLabel[]): void {
+  for (const ip_family of families) {
+    const fam = { ip_family };
+    for (
+      const metric of [
+        m.syncProxyRulesLatency,
+        m.syncFullProxyRulesLatency,
+        m.syncPartialProxyRulesLatency,
+        m.syncProxyRulesLastTimestamp,
+        m.syncProxyRulesLastQueuedTimestamp,
+        m.networkProgrammingLatency,
+        m.iptablesRestoreFailuresTotal,
+        m.iptablesPartialRestoreFailuresTotal,
+        m.reconcileConntrackFlowsLatency,
+        m.reconcileConntrackFlowsDeletedEntriesTotal,
+      ]
+    ) metric.initSeries(fam);
+    for (const table of IPTABLES_TABLES) {
+      m.iptablesRulesTotal.initSeries({ ...fam, table });
+      m.iptablesRulesLastSync.initSeries({ ...fam, table });
+    }
+    for (const traffic_policy of TRAFFIC_POLICIES) {
+      m.syncProxyRulesNoLocalEndpointsTotal.initSeries({ ...fam, traffic_policy });
+    }
+  }
+  for (const code of HEALTH_CODES) {
+    m.proxyHealthzTotal.initSeries({ code });
+    m.proxyLivezTotal.initSeries({ code });
+  }
+}

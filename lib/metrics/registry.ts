@@ -5,7 +5,8 @@
  * - numbers formatted like Go's `strconv.FormatFloat(v, 'g', -1, 64)` (`1e+06`, `1.7e+09`, `+Inf`);
  * - HELP escapes `\` and newline; label values also escape `"`;
  * - a metric without labels is exported from the start (value 0), a labelled one only once a series
- *   exists, and a family with no series is left out (no HELP/TYPE lines), as client_golang's Gather does;
+ *   exists (`initSeries` creates one at zero), and a family with no series is left out (no HELP/TYPE
+ *   lines), as client_golang's Gather does;
  * - component-base metrics carry their stability level in HELP (`[ALPHA] ...`), see `stabilityLevel`.
  * Collector metrics compute their samples at scrape time from a callback.
  */
@@ -70,6 +71,8 @@ export function formatGoFloat(v: number): string {
   if (v === Infinity) return "+Inf";
   if (v === -Infinity) return "-Inf";
   if (v === 0) return "0";
+  // Integers below 1e6 print the same in both languages (the common case: counts, bucket totals).
+  if (Number.isInteger(v) && v > -1e6 && v < 1e6) return String(v);
   const neg = v < 0;
   // toExponential() without an argument yields the shortest round-tripping digits (ECMA-262), the same
   // digits Go's shortest formatting picks.
@@ -181,6 +184,14 @@ abstract class LabelledMetric<S> {
       this.series.set(key, s);
     }
     return s.state;
+  }
+
+  /**
+   * Creates the series for `labels` at its zero value if it does not exist yet (client_golang's
+   * `WithLabelValues` without an update), so a labelled family is exported from the first scrape.
+   */
+  initSeries(labels: Labels): void {
+    this.stateFor(labels);
   }
 
   /** Drops the series for `labels` (labelled metrics only); returns whether it existed. */
@@ -383,11 +394,9 @@ export class CollectorMetric {
 /** Any metric a registry holds. */
 export type Metric = Counter | Gauge | Histogram | CollectorMetric;
 
-/** Writes `{a="x",b="y"}` (or nothing), optionally with a trailing `le`. */
-function labelText(pairs: ReadonlyArray<readonly [string, string]>, le?: string): string {
-  const parts = pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}"`);
-  if (le !== undefined) parts.push(`le="${le}"`);
-  return parts.length === 0 ? "" : `{${parts.join(",")}}`;
+/** Writes `{a="x",b="y"}` (or nothing). */
+function labelText(pairs: ReadonlyArray<readonly [string, string]>): string {
+  return pairs.length === 0 ? "" : `{${pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}"`).join(",")}}`;
 }
 
 /** Orders series like client_golang: label values compared in label-name order. */
@@ -476,13 +485,18 @@ function renderFamily(m: Metric): string[] {
     return lines;
   }
   if (m instanceof Histogram) {
+    const les = m.buckets.map(formatGoFloat);
     for (const { pairs, state } of m.entries().sort(compareSeries)) {
       let cumulative = 0;
-      m.buckets.forEach((ub, i) => {
+      // Every bucket line of a series shares its labels; only `le` differs.
+      const prefix = `${m.name}_bucket{${
+        pairs.map(([n, v]) => `${n}="${escapeLabelValue(v)}",`).join("")
+      }le="`;
+      for (let i = 0; i < les.length; i++) {
         cumulative += state.counts[i];
-        lines.push(`${m.name}_bucket${labelText(pairs, formatGoFloat(ub))} ${formatGoFloat(cumulative)}`);
-      });
-      lines.push(`${m.name}_bucket${labelText(pairs, "+Inf")} ${formatGoFloat(state.count)}`);
+        lines.push(`${prefix}${les[i]}"} ${formatGoFloat(cumulative)}`);
+      }
+      lines.push(`${prefix}+Inf"} ${formatGoFloat(state.count)}`);
       lines.push(`${m.name}_sum${labelText(pairs)} ${formatGoFloat(state.sum)}`);
       lines.push(`${m.name}_count${labelText(pairs)} ${formatGoFloat(state.count)}`);
     }

@@ -6,12 +6,15 @@
  *   `/healthz` checks of this server;
  * - `/healthz` (and `/healthz/ping`): the apiserver-style plain `ok` (`?verbose` lists the checks);
  * - `/proxyMode`: the mode string, `iptables`;
- * - `/configz`: `{"kubeproxy.config.k8s.io": <running KubeProxyConfiguration>}` as component-base configz;
+ * - `/configz`: `{"kubeproxy.config.k8s.io": <running KubeProxyConfiguration>}` as component-base configz
+ *   writes it (lib/server/configz.ts: Go field names, Go duration strings);
  * - everything else: Go's 404. `/debug/pprof` (enableProfiling) has no equivalent here.
  */
 import { Hono } from "hono";
 import { gzipSync } from "node:zlib";
 import { Registry, TEXT_CONTENT_TYPE } from "../metrics/registry.ts";
+import type { KubeProxyConfiguration } from "../config/types.ts";
+import { configzDocument } from "./configz.ts";
 import { goJSON } from "./go_json.ts";
 import { goNotFound } from "./proxier_health.ts";
 
@@ -25,10 +28,10 @@ export interface MetricsAppOptions {
   /** Served on /proxyMode; "iptables" unless told otherwise. */
   readonly proxyMode?: string;
   /**
-   * The running configuration as upstream's configz serves it: the v1alpha1 KubeProxyConfiguration in its
-   * JSON form (Go duration strings, upstream field order). Called per request; absent → `{}`.
+   * The running configuration, called per request and served as upstream's configz does
+   * ({@link configzDocument}); absent → `{}`.
    */
-  readonly configz?: () => unknown;
+  readonly configz?: () => KubeProxyConfiguration;
 }
 
 const PLAIN = { "Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff" } as const;
@@ -91,7 +94,7 @@ export function createMetricsApp(opts: MetricsAppOptions): Hono {
   app.all("/proxyMode", () => new Response(proxyMode, { headers: PLAIN }));
   app.all("/configz", () => {
     const config = opts.configz?.();
-    const body = config === undefined ? {} : { [CONFIGZ_NAME]: config };
+    const body = config === undefined ? {} : { [CONFIGZ_NAME]: configzDocument(config) };
     return new Response(goJSON(body), {
       headers: { "Content-Type": "application/json", "X-Content-Type-Options": "nosniff" },
     });

@@ -47,27 +47,12 @@ describe("edgeproxy_* metrics", () => {
     assert.match(text, /^# TYPE edgeproxy_apiserver_last_contact_timestamp_seconds gauge$/m);
   });
 
-  it("rest_client_requests_total as client-go exports it, when the apiserver host is known", () => {
+  it("leaves client-go's rest_client_* to lib/metrics/restclient.ts", () => {
     const stats = new ApiStats(() => 0);
     stats.recordRequest("services", "list", 200);
-    stats.recordRequest("endpointslices", "watch", 200);
-    stats.recordRequest("events", "create", 201);
-    stats.recordRequest("nodes", "get", "<error>");
     const r = new Registry();
-    createEdgeproxyMetrics(r, { apiserverStats: stats, restClientHost: "10.0.0.1:6443" });
-    const lines = r.metrics().split("\n").filter((l) =>
-      l.startsWith("rest_client") || l.includes(" rest_client")
-    );
-    assert.deepEqual(lines, [
-      "# HELP rest_client_requests_total [ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
-      "# TYPE rest_client_requests_total counter",
-      'rest_client_requests_total{code="200",host="10.0.0.1:6443",method="GET"} 2',
-      'rest_client_requests_total{code="201",host="10.0.0.1:6443",method="POST"} 1',
-      'rest_client_requests_total{code="<error>",host="10.0.0.1:6443",method="GET"} 1',
-    ]);
-    const without = new Registry();
-    createEdgeproxyMetrics(without, { apiserverStats: stats });
-    assert.doesNotMatch(without.metrics(), /rest_client/);
+    createEdgeproxyMetrics(r, { apiserverStats: stats });
+    assert.doesNotMatch(r.metrics(), /rest_client/);
   });
 
   it("cache state: serving flag and age, left out when unknown", () => {

@@ -8,19 +8,10 @@ import { registerProcessMetrics } from "../../lib/metrics/process.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { serveApp, type ServedApp } from "../../lib/runtime/serve.ts";
 import { createMetricsApp } from "../../lib/server/metrics_app.ts";
+import { defaultConfig } from "../../lib/config/defaults.ts";
 
-/** A v1alpha1-shaped fragment, as the config module would hand it over. */
-const CONFIG = {
-  apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
-  kind: "KubeProxyConfiguration",
-  bindAddress: "0.0.0.0",
-  healthzBindAddress: "0.0.0.0:10256",
-  metricsBindAddress: "127.0.0.1:10249",
-  mode: "iptables",
-  iptables: { masqueradeBit: 14, syncPeriod: "30s", minSyncPeriod: "1s" },
-  nodePortAddresses: null,
-  clusterCIDR: "10.244.0.0/16 & <odd>",
-};
+/** The defaulted configuration, with a clusterCIDR that needs Go's HTML-safe escapes. */
+const CONFIG = { ...defaultConfig(), clusterCIDR: "10.244.0.0/16,<odd>&" };
 
 describe("metrics server over HTTP", () => {
   let served: ServedApp;
@@ -135,18 +126,25 @@ describe("metrics server over HTTP", () => {
     assert.equal(await r.text(), "iptables");
   });
 
-  it("/configz: the configuration under kubeproxy.config.k8s.io, Go-escaped JSON", async () => {
+  it("/configz: the internal configuration under kubeproxy.config.k8s.io, Go field names, Go durations", async () => {
     const r = await fetch(`${base}/configz`);
     assert.equal(r.status, 200);
     assert.equal(r.headers.get("content-type"), "application/json");
     assert.equal(r.headers.get("x-content-type-options"), "nosniff");
     const body = await r.text();
-    assert.ok(
-      body.startsWith('{"kubeproxy.config.k8s.io":{"apiVersion":"kubeproxy.config.k8s.io/v1alpha1",'),
-      body,
-    );
-    assert.ok(body.includes('"clusterCIDR":"10.244.0.0/16 \\u0026 \\u003codd\\u003e"'), body);
-    assert.deepEqual(JSON.parse(body), { "kubeproxy.config.k8s.io": CONFIG });
+    assert.ok(body.startsWith('{"kubeproxy.config.k8s.io":{"Linux":{"Conntrack":{"MaxPerCore":32768,'), body);
+    assert.ok(body.includes('"ClusterCIDRs":["10.244.0.0/16","\\u003codd\\u003e\\u0026"]'), body);
+    const c = JSON.parse(body)["kubeproxy.config.k8s.io"];
+    assert.equal(c.SyncPeriod, "30s");
+    assert.equal(c.MinSyncPeriod, "1s");
+    assert.equal(c.ConfigSyncPeriod, "15m0s");
+    assert.equal(c.Linux.Conntrack.TCPEstablishedTimeout, "24h0m0s");
+    assert.equal(c.Linux.Conntrack.TCPCloseWaitTimeout, "1h0m0s");
+    assert.equal(c.Logging.flushFrequency, "5s");
+    assert.equal(c.Mode, "iptables");
+    assert.deepEqual(c.IPTables, { MasqueradeBit: 14, LocalhostNodePorts: true });
+    assert.equal(c.apiVersion, undefined);
+    assert.equal(c.kind, undefined);
   });
 
   it("unknown paths: Go's 404", async () => {
