@@ -13,6 +13,7 @@ import type { IptablesRunner } from "./iptables/runner.ts";
 import type { ProxyHandlers } from "./source/handlers.ts";
 import { log } from "./log.ts";
 import { StateStore } from "./source/state_store.ts";
+import { withNodeValidation } from "./source/node_validation.ts";
 import { loadStateCache } from "./source/state_cache.ts";
 import { StateCacheWriter } from "./source/state_cache_writer.ts";
 import { startManifestsSource } from "./source/manifests.ts";
@@ -247,7 +248,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     onNodeUpdate: (_o: Node, n: Node) => (node = n),
     onNodeDelete: () => (node = null),
   };
-  store = new StateStore(fanOut(proxiers, [health, nodeTracker]));
+  store = new StateStore(withNodeValidation(fanOut(proxiers, [health, nodeTracker]), (m) => log.warn(m)));
   if (options.stateDir && !dryRun) {
     cacheWriter = new StateCacheWriter(store, {
       dir: options.stateDir,
