@@ -14,6 +14,7 @@ import type { ProxyHandlers } from "./source/handlers.ts";
 import { log } from "./log.ts";
 import { StateStore } from "./source/state_store.ts";
 import { withNodeValidation } from "./source/node_validation.ts";
+import { featureEnabled } from "./config/feature_gates.ts";
 import { loadStateCache } from "./source/state_cache.ts";
 import { StateCacheWriter } from "./source/state_cache_writer.ts";
 import { startManifestsSource } from "./source/manifests.ts";
@@ -174,7 +175,12 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   let node: Node | null = null;
   for (const family of families) {
     let host: ProxierHost;
-    let features = { randomFully: true, nfacct: false, dropInvalid: !config.conntrack.tcpBeLiberal };
+    let features = {
+      randomFully: true,
+      nfacct: false,
+      dropInvalid: !config.conntrack.tcpBeLiberal,
+      preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
+    };
     if (dryRun) {
       host = createDryRunHost(family, out);
     } else {

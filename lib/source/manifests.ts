@@ -128,7 +128,9 @@ function checkObject(
   if (typeof name !== "string" || name === "") {
     return { ok: false, problem: `${kind}: missing metadata.name` };
   }
-  for (const field of ["labels", "annotations"] as const) {
+  // A Node's fields of the wrong shape are dropped one by one downstream (lib/model/node.ts), for every
+  // source alike; only Services and EndpointSlices need their labels here, for the proxy label selector.
+  for (const field of k === "Node" ? [] : ["labels", "annotations"] as const) {
     const m = meta![field];
     if (m === undefined || m === null) continue;
     if (!isRecord(m)) return { ok: false, problem: `${kind} ${name}: metadata.${field} is not a map` };
