@@ -6,45 +6,35 @@
  * cache edgeproxy is the only validator, so the same check runs on every object in lib/model, whatever its
  * source.
  */
-import { type CIDR, cidrContains, parseCIDR } from "../config/net.ts";
+import { isLoopback, parseIP } from "../iptables/render_ip.ts";
 
-interface SpecialRange {
-  readonly cidrs: readonly CIDR[];
-  readonly problem: string;
+/** Go's net.IP.IsUnspecified: 0.0.0.0 or ::. */
+function isUnspecified(b: Uint8Array): boolean {
+  return b.every((x) => x === 0);
 }
 
-function ranges(list: readonly string[]): CIDR[] {
-  return list.map((c) => parseCIDR(c)!);
+/** Go's net.IP.IsLinkLocalUnicast: 169.254.0.0/16 or fe80::/10. */
+function isLinkLocalUnicast(b: Uint8Array): boolean {
+  return b.length === 4 ? b[0] === 169 && b[1] === 254 : b[0] === 0xfe && (b[1] & 0xc0) === 0x80;
 }
 
-/** Go's net.IP predicates used by ValidateNonSpecialIP, in its order, with its messages. */
-const SPECIAL: readonly SpecialRange[] = [
-  { cidrs: ranges(["0.0.0.0/32", "::/128"]), problem: "may not be unspecified" },
-  {
-    cidrs: ranges(["127.0.0.0/8", "::1/128"]),
-    problem: "may not be in the loopback range (127.0.0.0/8, ::1/128)",
-  },
-  {
-    cidrs: ranges(["169.254.0.0/16", "fe80::/10"]),
-    problem: "may not be in the link-local range (169.254.0.0/16, fe80::/10)",
-  },
-  {
-    // Go's IsLinkLocalMulticast: 224.0.0.0/24, and ff02::/16 whatever the flag bits (ff02, ff12, ... ff f2).
-    cidrs: ranges([
-      "224.0.0.0/24",
-      ...Array.from({ length: 16 }, (_, flags) => `ff${flags.toString(16)}2::/16`),
-    ]),
-    problem: "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)",
-  },
-];
+/** Go's net.IP.IsLinkLocalMulticast: 224.0.0.0/24, or ff02::/16 whatever the flag bits (ff12::, ...). */
+function isLinkLocalMulticast(b: Uint8Array): boolean {
+  return b.length === 4 ? b[0] === 224 && b[1] === 0 && b[2] === 0 : b[0] === 0xff && (b[1] & 0x0f) === 0x02;
+}
 
 /**
  * Why `ip` (a normalised address, as lib/model's parseIP returns) may not be a Service external IP or an
- * endpoint address, or null when it may. One reason, the first upstream would report.
+ * endpoint address, or null when it may. One reason: the first upstream reports, in its words.
  */
 export function nonSpecialIPProblem(ip: string): string | null {
-  for (const r of SPECIAL) {
-    if (r.cidrs.some((c) => cidrContains(c, ip))) return r.problem;
+  const b = parseIP(ip);
+  if (b === null) return "must be a valid IP address";
+  if (isUnspecified(b)) return "may not be unspecified";
+  if (isLoopback(b)) return "may not be in the loopback range (127.0.0.0/8, ::1/128)";
+  if (isLinkLocalUnicast(b)) return "may not be in the link-local range (169.254.0.0/16, fe80::/10)";
+  if (isLinkLocalMulticast(b)) {
+    return "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)";
   }
   return null;
 }
