@@ -97,24 +97,27 @@ const command = defineCommand({
     description: "kube-proxy (iptables mode) for edge and bare-metal nodes",
   },
   args: cittyArgs(),
-  async run({ rawArgs }) {
-    let code: number;
-    try {
-      code = await execute(await resolveInvocation(rawArgs), rawArgs);
-    } catch (e) {
-      const msg = isUserError(e) ? e.message : `edgeproxy: internal error: ${(e as Error)?.stack ?? e}`;
-      process.stderr.write(msg + "\n");
-      code = 1;
-    }
-    await flushStdio();
-    process.exit(code);
-  },
+  run: ({ rawArgs }) => main(rawArgs),
 });
 
+/** Parses, acts and exits; every path of the command line goes through the one pflag-compatible parser. */
+async function main(rawArgs: string[]): Promise<never> {
+  let code: number;
+  try {
+    code = await execute(await resolveInvocation(rawArgs), rawArgs);
+  } catch (e) {
+    const msg = isUserError(e) ? e.message : `edgeproxy: internal error: ${(e as Error)?.stack ?? e}`;
+    process.stderr.write(msg + "\n");
+    code = 1;
+  }
+  await flushStdio();
+  process.exit(code);
+}
+
+const rawArgs = process.argv.slice(2);
 await runMain(command, {
-  rawArgs: process.argv.slice(2),
-  showUsage: () => {
-    process.stdout.write(renderHelp());
-    return Promise.resolve();
-  },
+  rawArgs,
+  // citty answers any "--help"/"-h" word before parsing; parse first, so a syntax error is reported first
+  // (`--bogus --help` exits 1) and "--help" as a flag's value (`--config --help`) is that value.
+  showUsage: () => main(rawArgs),
 });

@@ -13,6 +13,8 @@ import type { IptablesRunner } from "./iptables/runner.ts";
 import type { ProxyHandlers } from "./source/handlers.ts";
 import { log } from "./log.ts";
 import { StateStore } from "./source/state_store.ts";
+import { withNodeValidation } from "./source/node_validation.ts";
+import { featureEnabled } from "./config/feature_gates.ts";
 import { loadStateCache } from "./source/state_cache.ts";
 import { StateCacheWriter } from "./source/state_cache_writer.ts";
 import { startManifestsSource } from "./source/manifests.ts";
@@ -166,7 +168,12 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   let node: Node | null = null;
   for (const family of families) {
     let host: ProxierHost;
-    let features = { randomFully: true, nfacct: false, dropInvalid: !config.conntrack.tcpBeLiberal };
+    let features = {
+      randomFully: true,
+      nfacct: false,
+      dropInvalid: !config.conntrack.tcpBeLiberal,
+      preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
+    };
     if (dryRun) {
       host = createDryRunHost(family, out);
     } else {
@@ -240,7 +247,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     onNodeUpdate: (_o: Node, n: Node) => (node = n),
     onNodeDelete: () => (node = null),
   };
-  store = new StateStore(fanOut(proxiers, [health, nodeTracker]));
+  store = new StateStore(withNodeValidation(fanOut(proxiers, [health, nodeTracker]), (m) => log.warn(m)));
   if (options.stateDir && !dryRun) {
     cacheWriter = new StateCacheWriter(store, {
       dir: options.stateDir,

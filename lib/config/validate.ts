@@ -7,10 +7,12 @@
  * Differences from upstream, on purpose:
  * - any `mode` other than "" / "iptables" is rejected: edgeproxy implements only the iptables proxier;
  * - an empty `metricsBindAddress` is accepted (the flag documents "set empty to disable");
- * - `featureGates` names are not checked against a list of known gates (edgeproxy has none);
+ * - `featureGates` are checked like upstream's feature-gate registry does at start (lib/config/feature_gates.ts):
+ *   unknown names and locked gates set to the other value are errors;
  * - `showHiddenMetricsForVersion` is checked for the "<major>.<minor>" form only.
  */
 import { formatDuration } from "../cli/duration.ts";
+import { featureEnabled, featureGateWarnings, validateFeatureGates } from "./feature_gates.ts";
 import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "./net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
@@ -129,6 +131,7 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
   if (!SUPPORTED_PROXY_MODES.includes(c.mode)) {
     errs.push(fieldError("mode", "edgeproxy implements only iptables mode", c.mode));
   }
+  errs.push(...validateFeatureGates(c.featureGates));
 
   // clientConnection
   if (c.clientConnection.qps < 0) {
@@ -163,7 +166,7 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
       errs.push(fieldError(`${p}.verbosity`, `must be <= ${MAX_INT32}`, item.verbosity));
     }
   });
-  const alpha = c.featureGates["LoggingAlphaOptions"] === true;
+  const alpha = featureEnabled(c.featureGates, "LoggingAlphaOptions");
   for (const fmt of ["json", "text"] as const) {
     const o = lg.options[fmt];
     if (o.splitStream && !alpha) {
@@ -302,7 +305,7 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
  * without `clusterCIDR` passes upstream validation, and kube-proxy then treats no traffic as local.
  */
 export function configWarnings(c: KubeProxyConfiguration): string[] {
-  const out: string[] = [];
+  const out: string[] = featureGateWarnings(c.featureGates);
   if (c.detectLocalMode === "ClusterCIDR" && c.clusterCIDR === "") {
     out.push(
       "detectLocalMode is ClusterCIDR but clusterCIDR is empty: no traffic will be treated as local " +

@@ -27,6 +27,7 @@ import {
   parseIP,
   type Warn,
 } from "./service_port.ts";
+import { nonSpecialIPProblem } from "./special_ip.ts";
 
 /** One port of a slice, validated: `name` is "" when unnamed, protocol defaults to TCP. */
 export interface EndpointSlicePort {
@@ -221,6 +222,9 @@ export function endpointSliceDataFromSlice(
       if (ipFamilyOf(ip) !== family) {
         return skip(`addresses[0]: not an ${family} address (got ${formatValue(addresses[0])})`);
       }
+      // Discovery validation refuses unspecified, loopback and link-local endpoint addresses.
+      const problem = nonSpecialIPProblem(ip);
+      if (problem !== null) return skip(`addresses[0]: ${problem} (got ${formatValue(addresses[0])})`);
       const c = isObject(ep.conditions) ? ep.conditions : {};
       const hints = isObject(ep.hints) ? ep.hints : {};
       endpoints.push({

@@ -6,11 +6,14 @@
  * names become rule comments and chain-name hashes, IPs and ports become match arguments. A Service that
  * fails validation is skipped with one warning line naming the object, the field and the value; a bad
  * port skips only that port; a bad entry of a list (externalIPs, LB ingress, source ranges) is dropped
- * as upstream drops it. Nothing here throws.
+ * as upstream drops it. External IPs the apiserver refuses (unspecified, loopback, link-local; see
+ * special_ip.ts) are dropped the same way, since a manifest or a cache has no apiserver in front of it.
+ * Nothing here throws.
  */
 import type { Service, ServicePortSpec } from "../k8s/objects.ts";
 import { type IPFamily, type Protocol, type ServicePortInfo, servicePortKey } from "./types.ts";
 import { formatCIDR, ipFamily, parseCIDRLegacy, parseIPLegacy } from "../config/net.ts";
+import { nonSpecialIPProblem } from "./special_ip.ts";
 
 /** Receives one human-readable line per problem found in an object. */
 export type Warn = (msg: string) => void;
@@ -204,7 +207,11 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
         );
       }
     } else if (ipFamilyOf(ip) === family) {
-      externalIPs.add(ip);
+      // The apiserver refuses these (ValidateNonSpecialIP): a loopback or link-local external IP would
+      // capture the node's own traffic to that address.
+      const problem = nonSpecialIPProblem(ip);
+      if (problem === null) externalIPs.add(ip);
+      else warn(`ignoring spec.externalIPs[${i}] of Service ${ref}: ${problem} (got ${formatValue(raw)})`);
     }
   });
 

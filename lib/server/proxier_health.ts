@@ -99,7 +99,11 @@ const FAMILIES: readonly IPFamily[] = ["IPv4", "IPv6"];
 export function nodeEligible(node: Node | null, whenUnknown = false): boolean {
   if (node === null) return whenUnknown;
   if (node.metadata?.deletionTimestamp) return false;
-  return !(node.spec?.taints ?? []).some((t) => t?.key === TO_BE_DELETED_TAINT);
+  // The Node is shape-checked upstream of here (lib/model/node.ts); still, /healthz must never fail with a
+  // 500 because of object content, so a taints field that is not a list counts as absent.
+  const taints: unknown = node.spec?.taints;
+  if (!Array.isArray(taints)) return true;
+  return !taints.some((t) => typeof t === "object" && t !== null && t.key === TO_BE_DELETED_TAINT);
 }
 
 /**

@@ -4,7 +4,8 @@
  * `*.json`, sorted by name, dotfiles skipped). Documents may be multi-document YAML and `kubectl get -o yaml`
  * List documents (`kind: List`, `ServiceList`, ...). Files are polled (node:fs watch is unreliable across
  * runtimes) and changes are delivered as add/update/delete diffs keyed by kind/namespace/name, with no event
- * for an object whose content did not change.
+ * for an object whose content did not change. Objects are delivered without `metadata.resourceVersion`, so
+ * an edit that keeps the copied resourceVersion is still a change everywhere downstream.
  *
  * Bad input never takes down what works: a document without kind/apiVersion/name is reported in one line,
  * `manifests <file> document <i>: <problem>`, and the other documents still apply; a file that stops parsing
@@ -127,7 +128,9 @@ function checkObject(
   if (typeof name !== "string" || name === "") {
     return { ok: false, problem: `${kind}: missing metadata.name` };
   }
-  for (const field of ["labels", "annotations"] as const) {
+  // A Node's fields of the wrong shape are dropped one by one downstream (lib/model/node.ts), for every
+  // source alike; only Services and EndpointSlices need their labels here, for the proxy label selector.
+  for (const field of k === "Node" ? [] : ["labels", "annotations"] as const) {
     const m = meta![field];
     if (m === undefined || m === null) continue;
     if (!isRecord(m)) return { ok: false, problem: `${kind} ${name}: metadata.${field} is not a map` };
@@ -140,6 +143,10 @@ function checkObject(
       }
     }
   }
+  // A resourceVersion in a file is a leftover of `kubectl get -o yaml`, not a version: it stays the same
+  // when the file is edited. Downstream, equal resourceVersions mean "unchanged" (apiserver semantics), so
+  // file-sourced objects carry none and are compared by content.
+  delete meta!.resourceVersion;
   if (k === "Node") {
     delete meta!.namespace;
   } else if (meta!.namespace === undefined || meta!.namespace === null || meta!.namespace === "") {

@@ -116,7 +116,7 @@ for (const v of VARIANTS) {
         "--nodeport-addresses=fd00::/64",
         "--masquerade-all",
         "--iptables-sync-period=1h30m",
-        "--feature-gates=B=false,A=true",
+        "--feature-gates=WatchListClient=false,APIResponseCompression=true",
         "--hostname-override=Edge-01",
         "-v=3",
       ];
@@ -127,7 +127,7 @@ for (const v of VARIANTS) {
       assert.deepEqual(doc.nodePortAddresses, ["10.0.0.0/8", "fd00::/64"]);
       assert.equal(doc.iptables.masqueradeAll, true);
       assert.equal(doc.iptables.syncPeriod, "1h30m0s");
-      assert.deepEqual(Object.keys(doc.featureGates), ["A", "B"]);
+      assert.deepEqual(Object.keys(doc.featureGates), ["APIResponseCompression", "WatchListClient"]);
       assert.equal(doc.hostnameOverride, "edge-01");
       assert.equal(doc.logging.verbosity, 3);
       const r2 = await run(v, ["--config", a, "--write-config-to", b], dir);

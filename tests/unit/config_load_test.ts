@@ -262,7 +262,7 @@ describe("good configuration files", () => {
       HEAD + `
 featureGates:
   LoggingAlphaOptions: true
-  Other: false
+  InOrderInformers: false
 clientConnection:
   kubeconfig: /etc/edgeproxy/kubeconfig
   qps: 20.5
@@ -303,7 +303,7 @@ configSyncPeriod: 1h
 `,
       "kp.yaml",
     );
-    assert.deepEqual(c.featureGates, { LoggingAlphaOptions: true, Other: false });
+    assert.deepEqual(c.featureGates, { InOrderInformers: false, LoggingAlphaOptions: true });
     assert.equal(c.clientConnection.kubeconfig, "/etc/edgeproxy/kubeconfig");
     assert.equal(c.clientConnection.qps, 20.5);
     assert.equal(c.logging.format, "text");

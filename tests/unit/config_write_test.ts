@@ -85,7 +85,7 @@ winkernel:
 
 function custom(): KubeProxyConfiguration {
   const c = defaultConfig();
-  c.featureGates = { LoggingAlphaOptions: true, ZGate: false, AGate: true };
+  c.featureGates = { LoggingAlphaOptions: true, WatchListClient: false, APIResponseCompression: true };
   c.clientConnection.kubeconfig = "/etc/edgeproxy/kubeconfig";
   c.clientConnection.qps = 12.5;
   c.logging.verbosity = 5;
@@ -132,8 +132,8 @@ describe("configToYAML", () => {
   it("sorts keys at every level, also for feature gates", () => {
     const text = configToYAML(custom());
     assert.deepEqual(keysSortedEverywhere(parse(text)), []);
-    assert.ok(text.indexOf("AGate") < text.indexOf("LoggingAlphaOptions"));
-    assert.ok(text.indexOf("LoggingAlphaOptions") < text.indexOf("ZGate"));
+    assert.ok(text.indexOf("APIResponseCompression") < text.indexOf("LoggingAlphaOptions"));
+    assert.ok(text.indexOf("LoggingAlphaOptions") < text.indexOf("WatchListClient"));
   });
   it("prints durations the way Go does", () => {
     const doc = configToDocument(custom());
@@ -150,7 +150,11 @@ describe("configToYAML", () => {
     assert.ok(!("windowsRunAsService" in def));
     assert.ok(!("vmodule" in (def.logging as Record<string, unknown>)));
     const c = configToDocument(custom());
-    assert.deepEqual(c.featureGates, { AGate: true, LoggingAlphaOptions: true, ZGate: false });
+    assert.deepEqual(c.featureGates, {
+      APIResponseCompression: true,
+      LoggingAlphaOptions: true,
+      WatchListClient: false,
+    });
     assert.equal(c.windowsRunAsService, true);
     assert.deepEqual((c.logging as Record<string, unknown>).vmodule, [{
       filePattern: "sync*",

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { startManifestsSource } from "../../lib/source/manifests.ts";
 import type { ProxyHandlers } from "../../lib/source/handlers.ts";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
+import { StateStore } from "../../lib/source/state_store.ts";
 
 /** Handlers that record every call as one line. */
 function recorder(): { handlers: ProxyHandlers; calls: string[] } {
@@ -227,6 +228,34 @@ test("changes are polled and delivered as add/update/delete diffs, unchanged obj
       await sleep(200);
       assert.deepEqual(calls, []);
       assert.deepEqual(warnings, []);
+    } finally {
+      src.stop();
+    }
+  });
+});
+
+test("an edit that keeps metadata.resourceVersion (kubectl get -o yaml) is applied through the store", async () => {
+  await withDir(async (dir) => {
+    const f = join(dir, "site.yaml");
+    const doc = (ip: string) =>
+      `apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: site, resourceVersion: "4711"}\n` +
+      `spec: {clusterIP: ${ip}, ports: [{port: 80, protocol: TCP}]}\n`;
+    await writeFile(f, doc("10.96.0.20"));
+    const { handlers, calls } = recorder();
+    // The StateStore sits between every source and the proxier in the agent.
+    const src = startManifestsSource(f, new StateStore(handlers), {
+      nodeName: "edge-node-1",
+      warn: () => {},
+      pollIntervalMs: 20,
+    });
+    try {
+      calls.length = 0;
+      await writeFile(f, doc("10.96.0.21"));
+      await waitCalls(calls, 1);
+      assert.deepEqual(calls, [
+        'ServiceUpdate site/web {"clusterIP":"10.96.0.20","ports":[{"port":80,"protocol":"TCP"}]} -> ' +
+        '{"clusterIP":"10.96.0.21","ports":[{"port":80,"protocol":"TCP"}]}',
+      ]);
     } finally {
       src.stop();
     }

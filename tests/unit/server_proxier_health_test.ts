@@ -11,6 +11,7 @@ import {
   type ProxyHealthServerOptions,
 } from "../../lib/server/proxier_health.ts";
 import { serveApp, type ServedApp } from "../../lib/runtime/serve.ts";
+import { sanitizeNode } from "../../lib/model/node.ts";
 
 /** A clock the test moves by hand. */
 function fakeClock(start: number) {
@@ -215,6 +216,33 @@ describe("proxy health server over HTTP", () => {
     await withServer(hs, async (base) => {
       assert.equal((await get(`${base}/healthz`)).status, 503);
       assert.equal((await get(`${base}/livez`)).status, 200);
+    });
+  });
+
+  it("a malformed Node never makes /healthz answer 500", async () => {
+    const { hs } = setup();
+    hs.updated("IPv4");
+    const malformed = [
+      { metadata: { name: "node-a" }, spec: { taints: "ToBeDeletedByClusterAutoscaler" } },
+      { metadata: { name: "node-a" }, spec: { taints: { key: "x" } } },
+      { metadata: { name: "node-a" }, spec: { taints: [null, 7, "x", { key: 1 }] } },
+      { metadata: "node-a", spec: "x" },
+    ] as unknown as Node[];
+    await withServer(hs, async (base) => {
+      for (const node of malformed) {
+        hs.setNode(node);
+        const h = await get(`${base}/healthz`);
+        assert.equal(h.status, 200, JSON.stringify(node));
+        assert.equal(JSON.parse(h.body).nodeEligible, true, "a field of the wrong shape counts as absent");
+      }
+      // And through the shape check every source's Node passes in the agent: same answer, one warning.
+      const warnings: string[] = [];
+      const clean = sanitizeNode(malformed[0], (m) => warnings.push(m));
+      hs.setNode(clean);
+      assert.equal((await get(`${base}/healthz`)).status, 200);
+      assert.deepEqual(warnings, [
+        'ignoring spec.taints of Node node-a: must be a list (got "ToBeDeletedByClusterAutoscaler")',
+      ]);
     });
   });
 
