@@ -244,7 +244,17 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
         })`,
       );
     } else if (ipFamilyOf(ip) === family) {
-      loadBalancerVIPs.add(ip);
+      // Not checked by the apiserver, but a loopback or link-local VIP would capture the node's own traffic
+      // exactly as such an external IP would.
+      const problem = nonSpecialIPProblem(ip);
+      if (problem === null) loadBalancerVIPs.add(ip);
+      else {
+        warn(
+          `ignoring status.loadBalancer.ingress[${i}] of Service ${ref}: ip: ${problem} (got ${
+            formatValue(ing.ip)
+          })`,
+        );
+      }
     }
   });
 
@@ -299,6 +309,10 @@ function pickClusterIP(clusterIP: unknown, clusterIPs: unknown, family: IPFamily
   for (const [field, raw] of candidates) {
     const ip = parseIP(raw);
     if (ip === null) throw new Skip(field, `not a valid IP address (got ${formatValue(raw)})`);
+    // The apiserver's allocator only hands out addresses from the service CIDRs, so a loopback, link-local
+    // or unspecified cluster IP can only come from a manifest or a tampered cache: refuse it the same way.
+    const problem = nonSpecialIPProblem(ip);
+    if (problem !== null) throw new Skip(field, `${problem} (got ${formatValue(raw)})`);
     if (picked === null && ipFamilyOf(ip) === family) picked = ip;
   }
   return picked;

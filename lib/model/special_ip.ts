@@ -2,9 +2,9 @@
  * The apiserver's check for addresses that must not be used as traffic destinations (upstream
  * pkg/apis/core/validation ValidateNonSpecialIP). Upstream applies it to Service `spec.externalIPs` and to
  * endpoint addresses (EndpointSlice validation in pkg/apis/discovery/validation); `spec.clusterIPs` and
- * `status.loadBalancer.ingress[].ip` are only required to be valid IPs there. With `--manifests` or a state
- * cache edgeproxy is the only validator, so the same check runs on every object in lib/model, whatever its
- * source.
+ * `status.loadBalancer.ingress[].ip` are only required to be valid IPs there (the allocator keeps cluster IPs
+ * inside the service CIDRs). With `--manifests` or a state cache edgeproxy is the only validator, so lib/model
+ * applies the check to all four fields, whatever the object's source.
  */
 import { isLoopback, parseIP } from "../iptables/render_ip.ts";
 

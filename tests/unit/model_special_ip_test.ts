@@ -84,7 +84,32 @@ describe("model conversion applies it where upstream validation does", () => {
     ]);
   });
 
-  it("leaves cluster IPs and load-balancer ingress IPs to the valid-IP check, as upstream validation does", () => {
+  it("refuses a special cluster IP (the allocator never hands one out) and drops a special LB ingress IP", () => {
+    const warnings: string[] = [];
+    const ports = servicePortsFromService(
+      service({ clusterIP: "127.0.0.53", ports: [{ port: 53, protocol: "UDP" }] }),
+      "IPv4",
+      (m) => warnings.push(m),
+    );
+    assert.deepEqual(ports, []);
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0], /spec\.clusterIP: may not be in the loopback range .*"127\.0\.0\.53"/);
+
+    const lbWarnings: string[] = [];
+    const lbPorts = servicePortsFromService(
+      service({ type: "LoadBalancer", clusterIP: "10.96.0.20", ports: [{ port: 80, nodePort: 30080 }] }, {
+        loadBalancer: { ingress: [{ ip: "169.254.10.1" }, { ip: "198.51.100.7" }] },
+      }),
+      "IPv4",
+      (m) => lbWarnings.push(m),
+    );
+    assert.deepEqual(lbPorts[0].loadBalancerVIPs, ["198.51.100.7"]);
+    assert.deepEqual(lbWarnings, [
+      'ignoring status.loadBalancer.ingress[0] of Service site/web: ip: may not be in the link-local range (169.254.0.0/16, fe80::/10) (got "169.254.10.1")',
+    ]);
+  });
+
+  it("accepts ordinary cluster IPs and load-balancer ingress IPs", () => {
     const warnings: string[] = [];
     const ports = servicePortsFromService(
       service({ type: "LoadBalancer", clusterIP: "10.96.0.20", ports: [{ port: 80, nodePort: 30080 }] }, {
