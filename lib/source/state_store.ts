@@ -53,12 +53,15 @@ export class StateStore implements ProxyHandlers {
     return this.#version;
   }
 
-  /** True once a live source has completed its first list of Services and EndpointSlices. */
+  /**
+   * True once a live source has completed its first list of Services, EndpointSlices and the Node in
+   * this process's life: only from then on does the store hold a confirmed state that may be persisted.
+   */
   get liveSynced(): boolean {
-    return this.#liveSynced.service && this.#liveSynced.endpointSlice;
+    return this.#liveSynced.service && this.#liveSynced.endpointSlice && this.#liveSynced.node;
   }
 
-  /** True from loading a cache until a live source has listed Services and EndpointSlices. */
+  /** True from loading a cache until a live source has listed Services, EndpointSlices and the Node. */
   get servingFromCache(): boolean {
     return this.#cacheLoaded && !this.liveSynced;
   }

@@ -88,3 +88,17 @@ test("version changes only when something is forwarded", () => {
   store.onServiceDelete(svc("missing", "1"));
   assert.equal(store.version, v1);
 });
+
+test("liveSynced needs the live lists of Services, EndpointSlices and the Node; a cache load is not live", () => {
+  const { handlers } = recorder();
+  const store = new StateStore(handlers);
+  store.loadFromCache({ services: [svc("a", "1")], endpointSlices: [], node: null });
+  assert.equal(store.liveSynced, false);
+  store.onServicesSynced();
+  store.onEndpointSlicesSynced();
+  assert.equal(store.liveSynced, false, "the Node has not been listed yet");
+  assert.equal(store.servingFromCache, true);
+  store.onNodeSynced();
+  assert.equal(store.liveSynced, true);
+  assert.equal(store.servingFromCache, false);
+});
