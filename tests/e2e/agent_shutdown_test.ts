@@ -16,10 +16,12 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, lstat, mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import process from "node:process";
 import { createE2eCluster, type E2eCluster, e2eUnavailableReason } from "../support/e2e_cluster.ts";
 import { EDGEPROXY_BINARY, startAgentProcess } from "../support/e2e_agent.ts";
 import { e2eEndpointSlice, e2eService } from "../support/e2e_objects.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
+import { parse as parseYaml, stringify as toYaml } from "yaml";
 import type { EchoResult } from "../support/echo_server.ts";
 
 const skip = e2eUnavailableReason();
@@ -274,5 +276,41 @@ exec unshare --mount --propagation private /bin/sh -c 'mount --bind /usr/sbin ${
       },
     );
     assert.deepEqual(left.value, []);
+  });
+
+  it("a pending apiserver start (a credential plugin that never answers) does not delay shutdown past 5 s", async () => {
+    const pids = join(work, "plugin-pids");
+    const plugin = join(work, "hanging-credential-plugin");
+    await writeFile(plugin, `#!/bin/sh\ntrap '' TERM INT HUP\nsleep 1000 &\necho "$$ $!" >> ${pids}\nwait\n`);
+    await chmod(plugin, 0o755);
+    const kc = parseYaml(await readFile(c.kubeconfig, "utf8"));
+    kc.users[0].user = {
+      exec: { apiVersion: "client.authentication.k8s.io/v1", command: plugin, interactiveMode: "Never" },
+    };
+    const kubeconfig = join(work, "kubeconfig-exec");
+    await writeFile(kubeconfig, toYaml(kc), { mode: 0o600 });
+    const agent = startAgentProcess(c.scope, c.node, [...c.agentArgs({}), "--kubeconfig", kubeconfig]);
+    try {
+      await pollUntil(() => readFile(pids, "utf8").catch(() => ""), (t) => t !== "", {
+        timeoutMs: 15_000,
+        what: `the credential plugin to be started; log:\n${agent.tail()}`,
+      });
+      assert.equal(agent.exit(), null, agent.tail());
+      const t0 = Date.now();
+      const exit = await agent.stop("SIGTERM", 10_000);
+      const ms = Date.now() - t0;
+      console.log(`shutdown with a hanging credential plugin: exit ${JSON.stringify(exit)} after ${ms} ms`);
+      assert.deepEqual(exit, { code: 0, signal: null }, `log:\n${agent.tail()}`);
+      assert.ok(ms < 5000, `shutdown took ${ms} ms\n${agent.tail()}`);
+    } finally {
+      // The plugin's own lifetime belongs to the credential code; end what this test started.
+      for (const pid of (await readFile(pids, "utf8").catch(() => "")).split(/\s+/).filter(Boolean)) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+    }
   });
 });
