@@ -102,3 +102,24 @@ test("liveSynced needs the live lists of Services, EndpointSlices and the Node; 
   assert.equal(store.liveSynced, true);
   assert.equal(store.servingFromCache, false);
 });
+
+test("a cache loaded after the live lists of some kinds adds nothing of those kinds (no ghosts)", () => {
+  const { events, handlers } = recorder();
+  const store = new StateStore(handlers);
+  store.onServiceAdd(svc("live", "2"));
+  store.onServicesSynced();
+  store.onEndpointSlicesSynced();
+  events.length = 0;
+  // The Node list is late, the cache deadline passes: only the Node may come from the cache.
+  store.loadFromCache({
+    services: [svc("live", "1", "172.30.0.9"), svc("deleted-meanwhile", "1")],
+    endpointSlices: [{ metadata: { namespace: "ns", name: "gone-1" }, addressType: "IPv4", endpoints: [] }],
+    node: { metadata: { name: "n1" } },
+  });
+  assert.deepEqual(events, ["node+ /n1", "node synced"]);
+  assert.deepEqual(store.snapshot().services.map((s) => s.metadata?.name), ["live"]);
+  assert.equal(store.servingFromCache, true);
+  store.onNodeAdd({ metadata: { name: "n1", resourceVersion: "4" } });
+  store.onNodeSynced();
+  assert.equal(store.servingFromCache, false);
+});
