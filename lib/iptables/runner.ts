@@ -325,6 +325,7 @@ function runProcess(
       if (timer !== null) clearTimeout(timer);
       let stderr = Buffer.concat(err).toString("utf8");
       if (timedOut) stderr += `\nkilled after ${timeoutMs} ms`;
+      else if (signal !== null) stderr += `\nkilled by ${signal}`; // e.g. its process group, at shutdown
       resolve({ code: code ?? -1, signal, stdout: Buffer.concat(out), stderr });
     });
     // A child that exits early closes its stdin: EPIPE is expected then, the exit code tells the story.

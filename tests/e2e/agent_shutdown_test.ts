@@ -261,6 +261,7 @@ exec unshare --mount --propagation private /bin/sh -c 'mount --bind /usr/sbin ${
     assert.deepEqual(exit, { code: 0, signal: null }, `log:\n${agent.tail()}`);
     assert.ok(ms < 5000, `shutdown took ${ms} ms\n${agent.tail()}`);
 
+    assert.match(agent.logs(), /killed 1 child process group\(s\) still running at shutdown/);
     const after = await c.iptablesSave("nat");
     assert.match(after, new RegExp(SVC_IP.replaceAll(".", "\\.")), "the rules must stay in place");
     assert.ok(!after.includes(LATE_SVC_IP), "the killed restore must not have applied anything");
