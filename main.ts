@@ -17,6 +17,11 @@ import { UPSTREAM_KUBE_PROXY_VERSION, VERSION, versionLine } from "./lib/cli/ver
 import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
 import { configureLogging, log } from "./lib/log.ts";
+import { installShutdownSignals } from "./lib/shutdown.ts";
+
+// First thing, before any I/O: SIGTERM/SIGINT exit 0 from now on; once the agent runs they stop it in
+// order, within a bound (lib/shutdown.ts).
+installShutdownSignals();
 
 /** citty's view of the flags (descriptions only; help and version stay citty built-ins). */
 function cittyArgs(): ArgsDef {

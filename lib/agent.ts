@@ -33,12 +33,30 @@ import { parseCIDR } from "./config/net.ts";
 import { ApiStats } from "./k8s/stats.ts";
 import { CliConntrackRunner, findConntrackBinary } from "./conntrack/runner.ts";
 import { createConntrackCleaner } from "./proxier/conntrack_cleaner.ts";
+import { installShutdownSignals } from "./shutdown.ts";
+import { killProcessGroups } from "./runtime/process_groups.ts";
 
 /**
  * Quiet time after the last full sync before the heap is collected and released: long enough for the
  * other family's sync and the state-cache write to be part of the same burst.
  */
 const MEMORY_RELEASE_DELAY_MS = 2_000;
+
+/**
+ * Budgets of the shutdown steps (ms); their sum stays under SHUTDOWN_BACKSTOP_MS so the orderly path
+ * normally finishes on its own, well inside the 5 s bound.
+ */
+const SHUTDOWN_STEP_MS = { sources: 500, proxiers: 1500, afterKill: 300, cacheFlush: 1000, servers: 500 };
+
+/** Waits for `p`, at most `ms`; never rejects (shutdown goes on whatever a step does). */
+async function within(p: Promise<unknown> | unknown, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    Promise.resolve(p).catch((e) => log.warn(`during shutdown: ${(e as Error)?.message ?? e}`)),
+    new Promise<void>((r) => (timer = setTimeout(r, ms))),
+  ]);
+  clearTimeout(timer);
+}
 
 /** Fans handler calls out to several handlers (upstream MetaProxier plus the health server's node handler). */
 function fanOut(
@@ -109,6 +127,10 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     if (options.initOnly) return 0;
   }
 
+  // From here on a SIGTERM/SIGINT stops the agent in order, bounded (lib/shutdown.ts).
+  const signals = installShutdownSignals();
+  signals.takeOver();
+
   const clock = new RealClock();
   const memoryRelease = new MemoryRelease(
     clock,
@@ -149,6 +171,10 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   const out = (text: string) => process.stdout.write(text);
   let resolveDone: (code: number) => void = () => {};
   const done = new Promise<number>((r) => (resolveDone = r));
+  void signals.requested.then((sig) => {
+    log.info(`received ${sig}, shutting down (rules stay in place)`);
+    resolveDone(0);
+  });
   const printed = new Set<IPFamily>();
   let cacheWriter: StateCacheWriter | null = null;
 
@@ -235,7 +261,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
             if (printed.size === families.length) resolveDone(0);
             return;
           }
-          if (store && !store.servingFromCache) cacheWriter?.afterSync();
+          cacheWriter?.afterSync(); // writes only a live-confirmed state (see StateCacheWriter)
           if (info.full) memoryRelease.schedule();
         },
       }),
@@ -279,9 +305,14 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     log.info(`reading Services, EndpointSlices and Node ${nodeName} from ${options.manifests}`);
   } else {
     const { startApiserver } = await import("./proxier/apiserver_wiring.ts");
-    const src = await startApiserver(config, options, nodeName, store, apiStats);
-    stopSource = () => src.stop();
-    if (options.stateDir && !dryRun) {
+    const starting = startApiserver(config, options, nodeName, store, apiStats);
+    starting.catch(() => {}); // a failure surfaces through the race below, unless shutdown came first
+    // Setting up the connection can wait on things outside our control (an exec credential plugin that
+    // does not answer): a shutdown must not wait for it.
+    const src = await Promise.race([starting, done.then(() => null)]);
+    if (src === null) void starting.then((s) => s.stop(), () => {});
+    else stopSource = () => src.stop();
+    if (src !== null && options.stateDir && !dryRun) {
       const deadline = new Promise<"deadline">((r) =>
         setTimeout(() => r("deadline"), options.cacheStartDeadline)
       );
@@ -305,16 +336,26 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     }
   }
 
+  /**
+   * Stops in order, every step bounded (SHUTDOWN_STEP_MS). Whatever child process is still running after
+   * the proxiers had their time (an iptables-restore that does not return, a conntrack) is killed with its
+   * process group: a restore transaction is atomic, so the rules stay as they were.
+   */
   const shutdown = async (code: number) => {
     memoryRelease.stop();
-    await stopSource();
-    await Promise.all(proxiers.map((p) => p.stop()));
+    await within(stopSource(), SHUTDOWN_STEP_MS.sources);
+    const proxiersStopped = Promise.all(proxiers.map((p) => p.stop()));
+    await within(proxiersStopped, SHUTDOWN_STEP_MS.proxiers);
+    const killed = killProcessGroups("SIGKILL");
+    if (killed > 0) {
+      log.info(`killed ${killed} child process group(s) still running at shutdown (rules stay in place)`);
+      await within(proxiersStopped, SHUTDOWN_STEP_MS.afterKill);
+    }
     if (cacheWriter) {
       cacheWriter.stop();
-      if (!store?.servingFromCache) await cacheWriter.flush();
+      await within(cacheWriter.flush(), SHUTDOWN_STEP_MS.cacheFlush);
     }
-    await serviceHealth?.stop();
-    await servers?.close();
+    await within(Promise.all([serviceHealth?.stop(), servers?.close()]), SHUTDOWN_STEP_MS.servers);
     return code;
   };
 
@@ -336,12 +377,6 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     }, 5000);
   }
 
-  const onSignal = (sig: string) => {
-    log.info(`received ${sig}, shutting down (rules stay in place)`);
-    resolveDone(0);
-  };
-  process.on("SIGTERM", () => onSignal("SIGTERM"));
-  process.on("SIGINT", () => onSignal("SIGINT"));
   const code = await done;
   if (configWatch) clearInterval(configWatch);
   return await shutdown(code);

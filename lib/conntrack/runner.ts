@@ -11,10 +11,10 @@
  *   `conntrack -R -` (1.4.6 and later) runs many -D lines in one process, but still walks the table once
  *   per line. So filters are deduplicated before they get here.
  */
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import type { IPFamily, Protocol } from "../model/types.ts";
 import { log } from "../log.ts";
+import { killProcessGroup, spawnInProcessGroup } from "../runtime/process_groups.ts";
 import {
   type ConntrackDeleteFilter,
   type ConntrackFlow,
@@ -154,11 +154,12 @@ export class CliConntrackRunner implements ConntrackRunner {
   #exec(args: readonly string[], stdin?: string, onLine?: (line: string) => void): Promise<ExecResult> {
     const argv = [...this.#prefix, this.binary, ...args];
     return new Promise((resolve, reject) => {
-      const child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
+      // Own process group: a timeout or the agent's shutdown kills it with anything it started.
+      const child = spawnInProcessGroup(argv[0], argv.slice(1));
       let stderr = "";
       let stdoutLines = 0;
       let partial = "";
-      const timer = setTimeout(() => child.kill("SIGKILL"), this.#timeoutMs);
+      const timer = setTimeout(() => killProcessGroup(child), this.#timeoutMs);
       child.stdout.setEncoding("utf8");
       child.stdout.on("data", (chunk: string) => {
         const text = partial + chunk;

@@ -6,7 +6,7 @@
  * Mirrors upstream pkg/util/iptables/iptables.go: version-derived wait flags, `iptables-restore -w 5
  * -W 100000 --noflush --counters` with the payload on stdin, `iptables-save -t <table>`.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import type { Writable } from "node:stream";
 import { accessSync, constants as fsConstants } from "node:fs";
 import type { IPFamily } from "../model/types.ts";
@@ -19,6 +19,7 @@ import {
   versionAtLeast,
   WAIT_RESTORE_MIN_VERSION,
 } from "./version.ts";
+import { killProcessGroup, spawnInProcessGroup } from "../runtime/process_groups.ts";
 
 /** The tables edgeproxy reads or writes. */
 export type IptablesTable = "nat" | "filter" | "mangle";
@@ -288,7 +289,10 @@ interface RunOutput {
   stderr: string;
 }
 
-/** Spawns argv, optionally streaming `input` to stdin; never rejects for a non-zero exit. */
+/**
+ * Spawns argv in its own process group (so a timeout or the agent's shutdown kills it with anything it
+ * started), optionally streaming `input` to stdin; never rejects for a non-zero exit.
+ */
 function runProcess(
   argv: readonly string[],
   input: RestorePayload | null,
@@ -297,10 +301,7 @@ function runProcess(
   return new Promise((resolve, reject) => {
     let child: ChildProcessWithoutNullStreams;
     try {
-      child = spawn(argv[0], argv.slice(1), {
-        stdio: ["pipe", "pipe", "pipe"],
-        env: { ...process.env, LC_ALL: "C" },
-      });
+      child = spawnInProcessGroup(argv[0], argv.slice(1), { env: { ...process.env, LC_ALL: "C" } });
     } catch (e) {
       reject(new IptablesCommandError(`cannot run ${argv[0]}: ${(e as Error).message}`, argv, -1, ""));
       return;
@@ -311,7 +312,7 @@ function runProcess(
     const timer = timeoutMs > 0
       ? setTimeout(() => {
         timedOut = true;
-        child.kill("SIGKILL");
+        killProcessGroup(child);
       }, timeoutMs)
       : null;
     child.stdout.on("data", (b: Buffer) => out.push(b));
@@ -324,6 +325,7 @@ function runProcess(
       if (timer !== null) clearTimeout(timer);
       let stderr = Buffer.concat(err).toString("utf8");
       if (timedOut) stderr += `\nkilled after ${timeoutMs} ms`;
+      else if (signal !== null) stderr += `\nkilled by ${signal}`; // e.g. its process group, at shutdown
       resolve({ code: code ?? -1, signal, stdout: Buffer.concat(out), stderr });
     });
     // A child that exits early closes its stdin: EPIPE is expected then, the exit code tells the story.

@@ -1,6 +1,8 @@
-import { createHash } from "node:crypto";
-import { mkdir, open, readFile, rename, stat, unlink } from "node:fs/promises";
+import { createHash, randomBytes } from "node:crypto";
+import { constants as fsc } from "node:fs";
+import { type FileHandle, mkdir, open, rename, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
+import process from "node:process";
 import type { StateSnapshot } from "./state_store.ts";
 
 /** File name of the last-known-state cache inside --state-dir. */
@@ -118,19 +120,102 @@ export function decodeState(text: string, nodeName: string, nowMs: number): Load
   };
 }
 
-/** Reads and validates the cache in `dir`. */
-export async function loadStateCache(dir: string, nodeName: string, nowMs: number): Promise<LoadResult> {
+/**
+ * Why `dir` must not hold the cache, or null when it may: it must be a directory owned by the agent's
+ * user and writable by nobody else. Anyone who can write there could swap state.json (and so the rules
+ * this node programs offline) or race the writer with planted files.
+ */
+export async function stateDirProblem(dir: string): Promise<string | null> {
+  const st = await stat(dir);
+  const mode = (st.mode & 0o7777).toString(8).padStart(4, "0");
+  if (!st.isDirectory()) return `state dir ${dir} is not a directory`;
+  if ((st.mode & 0o022) !== 0) {
+    return `state dir ${dir} has mode ${mode} (group/world-writable): not using it; make it writable by its owner only (chmod go-w)`;
+  }
+  const uid = typeof process.getuid === "function" ? process.getuid() : null;
+  if (uid !== null && st.uid !== uid) {
+    return `state dir ${dir} (mode ${mode}) is owned by uid ${st.uid}, not by this agent's uid ${uid}: not using it`;
+  }
+  return null;
+}
+
+/** The kind of a non-regular file, for messages. */
+function fileKind(
+  st: {
+    isFIFO(): boolean;
+    isCharacterDevice(): boolean;
+    isBlockDevice(): boolean;
+    isSocket(): boolean;
+    isDirectory(): boolean;
+  },
+): string {
+  if (st.isFIFO()) return "a FIFO";
+  if (st.isCharacterDevice() || st.isBlockDevice()) return "a device";
+  if (st.isSocket()) return "a socket";
+  if (st.isDirectory()) return "a directory";
+  return "not a regular file";
+}
+
+/**
+ * Reads a regular file of at most `maxBytes`. Opens without following a symlink and without blocking
+ * (a FIFO would block a plain open until a writer appears), checks the opened file itself (fstat, so it
+ * cannot be swapped in between), and counts the bytes actually read: files in /proc and friends report
+ * size 0 whatever they hold.
+ */
+export async function readRegularFile(path: string, maxBytes: number): Promise<Buffer> {
+  let fh: FileHandle;
+  try {
+    fh = await open(path, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ELOOP") {
+      throw Object.assign(new Error("is a symbolic link; only a regular file is read"), { code: "ELOOP" });
+    }
+    throw e;
+  }
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw new Error(`is ${fileKind(st)}; only a regular file is read`);
+    if (st.size > maxBytes) throw new Error(`is ${st.size} bytes, over the ${maxBytes} limit`);
+    const chunks: Buffer[] = [];
+    let total = 0;
+    // One read of the stated size (plus one byte to see EOF) in the usual case; 1 MiB steps when stat lies.
+    let want = st.size > 0 ? st.size + 1 : 1 << 20;
+    for (;;) {
+      const buf = Buffer.allocUnsafe(Math.min(want, maxBytes + 1 - total));
+      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      total += bytesRead;
+      if (total > maxBytes) throw new Error(`holds more than the ${maxBytes} byte limit`);
+      chunks.push(buf.subarray(0, bytesRead));
+      want = 1 << 20;
+    }
+    return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Options of {@link loadStateCache}. */
+export interface LoadStateCacheOptions {
+  /** Largest file read; default STATE_MAX_BYTES. */
+  maxBytes?: number;
+}
+
+/**
+ * Reads and validates the cache in `dir`. A dir others could write to is refused (see
+ * {@link stateDirProblem}), and so is anything but a regular file.
+ */
+export async function loadStateCache(
+  dir: string,
+  nodeName: string,
+  nowMs: number,
+  opts: LoadStateCacheOptions = {},
+): Promise<LoadResult> {
   const path = join(dir, STATE_FILE);
   try {
-    const st = await stat(path);
-    if (st.size > STATE_MAX_BYTES) {
-      return {
-        ok: false,
-        reason: `${path} is ${st.size} bytes, over the ${STATE_MAX_BYTES} limit`,
-        missing: false,
-      };
-    }
-    const text = await readFile(path, "utf8");
+    const problem = await stateDirProblem(dir);
+    if (problem !== null) return { ok: false, reason: problem, missing: false };
+    const text = new TextDecoder().decode(await readRegularFile(path, opts.maxBytes ?? STATE_MAX_BYTES));
     const r = decodeState(text, nodeName, nowMs);
     return r.ok ? r : { ...r, reason: `${path}: ${r.reason}` };
   } catch (e) {
@@ -141,32 +226,39 @@ export async function loadStateCache(dir: string, nodeName: string, nowMs: numbe
 }
 
 /**
- * Writes the cache atomically: a temp file in the same directory (mode 0600), fsync, rename over the old
- * file, fsync of the directory. A crash at any point leaves either the old file or the new one.
+ * Writes the cache atomically and safely: refuses a dir others could write to, creates a temp file with
+ * an unpredictable name in the same directory (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, so a planted file or
+ * symlink is never opened), fsyncs it, renames it over the old file and fsyncs the directory. A crash at
+ * any point leaves either the old file or the new one; on any failure (ENOSPC included) the temp file is
+ * removed.
  */
 export async function writeStateCache(dir: string, text: string): Promise<void> {
-  const size = new TextEncoder().encode(text).length;
-  if (size > STATE_MAX_BYTES) {
-    throw new Error(`state cache would be ${size} bytes, over the ${STATE_MAX_BYTES} limit; not written`);
+  const data = new TextEncoder().encode(text);
+  if (data.length > STATE_MAX_BYTES) {
+    throw new Error(
+      `state cache would be ${data.length} bytes, over the ${STATE_MAX_BYTES} limit; not written`,
+    );
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
+  const problem = await stateDirProblem(dir);
+  if (problem !== null) throw new Error(problem);
   const final = join(dir, STATE_FILE);
-  const tmp = join(dir, `.${STATE_FILE}.${process.pid}.tmp`);
-  const fh = await open(tmp, "w", 0o600);
+  const tmp = join(dir, `.${STATE_FILE}.${randomBytes(12).toString("hex")}.tmp`);
+  const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600);
   try {
-    await fh.writeFile(text);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  try {
+    try {
+      await fh.writeFile(data);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
     await rename(tmp, final);
   } catch (e) {
     await unlink(tmp).catch(() => {});
     throw e;
   }
   try {
-    const d = await open(dir, "r");
+    const d = await open(dir, fsc.O_RDONLY | fsc.O_DIRECTORY);
     try {
       await d.sync();
     } finally {

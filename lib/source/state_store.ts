@@ -53,12 +53,15 @@ export class StateStore implements ProxyHandlers {
     return this.#version;
   }
 
-  /** True once a live source has completed its first list of Services and EndpointSlices. */
+  /**
+   * True once a live source has completed its first list of Services, EndpointSlices and the Node in
+   * this process's life: only from then on does the store hold a confirmed state that may be persisted.
+   */
   get liveSynced(): boolean {
-    return this.#liveSynced.service && this.#liveSynced.endpointSlice;
+    return this.#liveSynced.service && this.#liveSynced.endpointSlice && this.#liveSynced.node;
   }
 
-  /** True from loading a cache until a live source has listed Services and EndpointSlices. */
+  /** True from loading a cache until a live source has listed Services, EndpointSlices and the Node. */
   get servingFromCache(): boolean {
     return this.#cacheLoaded && !this.liveSynced;
   }
@@ -76,13 +79,20 @@ export class StateStore implements ProxyHandlers {
 
   /**
    * Loads a cached state as provisional objects and marks every kind synced, so the proxier programs
-   * rules from it. Objects a live source already delivered are left alone.
+   * rules from it. Objects a live source already delivered, and kinds it has already listed, are left
+   * alone.
    */
   loadFromCache(state: StateSnapshot): void {
     this.#cacheLoaded = true;
-    for (const s of state.services) this.#upsert("service", s, "cache");
-    for (const s of state.endpointSlices) this.#upsert("endpointSlice", s, "cache");
-    if (state.node && !this.#node) this.#upsert("node", state.node, "cache");
+    // A kind a live source has already listed completely is current: cached objects of it would be ghosts.
+    const live = this.#liveSynced;
+    if (!live.service) { for (const s of state.services) this.#upsert("service", s, "cache"); }
+    if (!live.endpointSlice) {
+      for (const s of state.endpointSlices) {
+        this.#upsert("endpointSlice", s, "cache");
+      }
+    }
+    if (state.node && !this.#node && !live.node) this.#upsert("node", state.node, "cache");
     this.#markSynced("service", "cache");
     this.#markSynced("endpointSlice", "cache");
     this.#markSynced("node", "cache");

@@ -88,3 +88,38 @@ test("version changes only when something is forwarded", () => {
   store.onServiceDelete(svc("missing", "1"));
   assert.equal(store.version, v1);
 });
+
+test("liveSynced needs the live lists of Services, EndpointSlices and the Node; a cache load is not live", () => {
+  const { handlers } = recorder();
+  const store = new StateStore(handlers);
+  store.loadFromCache({ services: [svc("a", "1")], endpointSlices: [], node: null });
+  assert.equal(store.liveSynced, false);
+  store.onServicesSynced();
+  store.onEndpointSlicesSynced();
+  assert.equal(store.liveSynced, false, "the Node has not been listed yet");
+  assert.equal(store.servingFromCache, true);
+  store.onNodeSynced();
+  assert.equal(store.liveSynced, true);
+  assert.equal(store.servingFromCache, false);
+});
+
+test("a cache loaded after the live lists of some kinds adds nothing of those kinds (no ghosts)", () => {
+  const { events, handlers } = recorder();
+  const store = new StateStore(handlers);
+  store.onServiceAdd(svc("live", "2"));
+  store.onServicesSynced();
+  store.onEndpointSlicesSynced();
+  events.length = 0;
+  // The Node list is late, the cache deadline passes: only the Node may come from the cache.
+  store.loadFromCache({
+    services: [svc("live", "1", "172.30.0.9"), svc("deleted-meanwhile", "1")],
+    endpointSlices: [{ metadata: { namespace: "ns", name: "gone-1" }, addressType: "IPv4", endpoints: [] }],
+    node: { metadata: { name: "n1" } },
+  });
+  assert.deepEqual(events, ["node+ /n1", "node synced"]);
+  assert.deepEqual(store.snapshot().services.map((s) => s.metadata?.name), ["live"]);
+  assert.equal(store.servingFromCache, true);
+  store.onNodeAdd({ metadata: { name: "n1", resourceVersion: "4" } });
+  store.onNodeSynced();
+  assert.equal(store.servingFromCache, false);
+});
