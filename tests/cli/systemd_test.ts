@@ -51,7 +51,7 @@ describe("systemd/edgeproxy.service", { skip }, () => {
   const unitPath = join(dir, "edgeproxy.service");
   writeFileSync(
     unitPath,
-    UNIT.replace(/^ExecStart=\/usr\/local\/bin\/edgeproxy /m, `ExecStart=${fakeBinary} `),
+    UNIT.replace(/^ExecStart=\/usr\/bin\/edgeproxy /m, `ExecStart=${fakeBinary} `),
   );
 
   it("passes systemd-analyze verify without a warning about the unit", async () => {
