@@ -33,6 +33,7 @@ import {
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { sectionShellBlocks } from "../support/markdown.ts";
 import { run } from "../support/netns.ts";
 import {
   haveCommand,
@@ -54,16 +55,6 @@ const skip = !existsSync(BINARY)
   ? "systemd-analyze is not installed"
   : false;
 if (skip) console.log(`SKIP README install: ${skip}`);
-
-/** The ```sh blocks of one README section (up to the next heading of any level). */
-function sectionBlocks(markdown: string, heading: string): string[] {
-  const start = markdown.indexOf(`\n${heading}\n`);
-  if (start < 0) return [];
-  const rest = markdown.slice(start + heading.length + 2);
-  const end = rest.search(/\n#{1,6} /);
-  const body = end < 0 ? rest : rest.slice(0, end);
-  return [...body.matchAll(/^```sh\n([\s\S]*?)^```$/gm)].map((m) => m[1]);
-}
 
 /** The block as a script for the scratch root: comments dropped, absolute paths under "$DESTDIR". */
 function toDestdirScript(block: string): string {
@@ -97,7 +88,7 @@ describe("README install on a systemd node", { skip }, () => {
     for (const name of ["npm", "systemctl", "journalctl"]) {
       writeFileSync(join(stubs, name), `#!/bin/sh\necho "${name} $*" >> "${calls}"\n`, { mode: 0o755 });
     }
-    const blocks = sectionBlocks(README, SECTION);
+    const blocks = sectionShellBlocks(README, SECTION);
     assert.ok(blocks.length >= 1, `README.md has no sh block under "${SECTION}"`);
     script = blocks.map(toDestdirScript).join("\n");
     const r = await run([
