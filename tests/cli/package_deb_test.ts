@@ -56,6 +56,23 @@ describe("scripts/package-deb.sh", { skip }, () => {
     assert.ok(existsSync(deb));
   });
 
+  it("is what the README's Debian package section says it installs", async () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("\n### As a Debian package\n")).split(/\n##+ /)[1] ?? "";
+    assert.ok(section.includes(`./dist/edgeproxy_${pkg.version}_`), "README names another .deb file");
+    const listing = await runOk(["dpkg-deb", "-c", deb]);
+    for (
+      const path of [
+        "/usr/bin/edgeproxy",
+        "/lib/systemd/system/edgeproxy.service",
+        "/etc/edgeproxy/edgeproxy.env",
+      ]
+    ) {
+      assert.ok(listing.includes(` .${path}\n`), `${path} not in the package`);
+      assert.ok(section.includes(`\`${path}\``), `the README does not say the package installs ${path}`);
+    }
+  });
+
   it("holds exactly the binary, the unit, the env file and the docs, with their modes", async () => {
     const listing = await runOk(["dpkg-deb", "-c", deb]);
     const entries = new Map<string, string>();
