@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --target) [ $# -ge 2 ] || { echo "compile.sh: --target needs a value" >&2; exit 2; }; target="$2"; shift 2 ;;
     --target=*) target="${1#--target=}"; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "compile.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done

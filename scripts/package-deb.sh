@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "package-deb.sh: $1 needs a value" >&2; exit 2; }
       case "$1" in --binary) binary="$2" ;; --out) out="$2" ;; --arch) arch="$2" ;; esac
       shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "package-deb.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
