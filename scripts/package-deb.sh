@@ -8,11 +8,13 @@
 #   /usr/bin/edgeproxy                       the binary (0755)
 #   /lib/systemd/system/edgeproxy.service    systemd/edgeproxy.service, unchanged (ExecStart=/usr/bin/edgeproxy)
 #   /etc/edgeproxy/edgeproxy.env             systemd/edgeproxy.env, a conffile (0600, directory 0700)
-#   /usr/share/doc/edgeproxy/                copyright (LICENSE), changelog (CHANGELOG.md)
+#   /usr/share/doc/edgeproxy/                copyright (Apache-2.0), CHANGELOG.md.gz, changelog.gz (Debian's)
 # Maintainer scripts: postinst creates /var/lib/edgeproxy (0700) and reloads systemd, without enabling or
 # starting the service (an upgrade restarts it only if it was running); prerm stops and disables it on
 # removal; postrm reloads systemd and, on purge, deletes /var/lib/edgeproxy. Inside a `dpkg --root`
 # install (DPKG_ROOT set) the scripts work under that root and never call systemctl.
+# The Maintainer field comes from DEBFULLNAME and DEBEMAIL, as for other Debian tools. The binary is not
+# stripped: Bun appends the program to the executable, and strip would cut it off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,8 +63,31 @@ install -d -m 0700 "$stage/etc/edgeproxy"
 install -m 0755 "$binary" "$stage/usr/bin/edgeproxy"
 install -m 0644 systemd/edgeproxy.service "$stage/lib/systemd/system/edgeproxy.service"
 install -m 0600 systemd/edgeproxy.env "$stage/etc/edgeproxy/edgeproxy.env"
-install -m 0644 LICENSE "$stage/usr/share/doc/edgeproxy/copyright"
-install -m 0644 CHANGELOG.md "$stage/usr/share/doc/edgeproxy/changelog"
+maintainer="${DEBFULLNAME:-edgeproxy maintainers} <${DEBEMAIL:-edgeproxy@localhost}>"
+# Dates from the last commit (or SOURCE_DATE_EPOCH), so the same tree gives the same package text.
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+gzip -9nc CHANGELOG.md >"$stage/usr/share/doc/edgeproxy/CHANGELOG.md.gz"
+printf 'edgeproxy (%s) unstable; urgency=medium\n\n  * Release %s; the changes are in /usr/share/doc/edgeproxy/CHANGELOG.md.gz.\n\n -- %s  %s\n' \
+  "$version" "$version" "$maintainer" "$(LC_ALL=C date -u -R -d "@$epoch")" | gzip -9n >"$stage/usr/share/doc/edgeproxy/changelog.gz"
+cat >"$stage/usr/share/doc/edgeproxy/copyright" <<'EOF'
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: edgeproxy
+Comment: usr/bin/edgeproxy is a Bun-compiled executable: besides edgeproxy it contains the Bun runtime
+ (MIT, with its bundled components under their own licenses) and the npm packages citty, consola and
+ hono (MIT), yaml (ISC) and @kubernetes/client-node (Apache-2.0).
+
+Files: *
+Copyright: 2026 the edgeproxy authors
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except in
+ compliance with the License. Unless required by applicable law or agreed to in writing, software
+ distributed under the License is distributed on an "AS IS" BASIS, WITHOUT WARRANTIES OR CONDITIONS OF
+ ANY KIND, either express or implied.
+ .
+ On Debian systems, the complete text of the Apache License, Version 2.0 is in
+ /usr/share/common-licenses/Apache-2.0.
+EOF
+chmod 0644 "$stage"/usr/share/doc/edgeproxy/*
 echo /etc/edgeproxy/edgeproxy.env >"$stage/DEBIAN/conffiles"
 
 installed_size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
@@ -70,9 +95,9 @@ cat >"$stage/DEBIAN/control" <<EOF
 Package: edgeproxy
 Version: $version
 Architecture: $arch
-Maintainer: edgeproxy maintainers <edgeproxy@localhost>
+Maintainer: $maintainer
 Installed-Size: $installed_size
-Depends: iptables
+Depends: libc6 (>= 2.17), iptables
 Recommends: conntrack
 Section: net
 Priority: optional

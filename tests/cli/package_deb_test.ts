@@ -84,7 +84,8 @@ describe("scripts/package-deb.sh", { skip }, () => {
     assert.deepEqual(files.sort(), [
       "-rw------- root/root /etc/edgeproxy/edgeproxy.env",
       "-rw-r--r-- root/root /lib/systemd/system/edgeproxy.service",
-      "-rw-r--r-- root/root /usr/share/doc/edgeproxy/changelog",
+      "-rw-r--r-- root/root /usr/share/doc/edgeproxy/CHANGELOG.md.gz",
+      "-rw-r--r-- root/root /usr/share/doc/edgeproxy/changelog.gz",
       "-rw-r--r-- root/root /usr/share/doc/edgeproxy/copyright",
       "-rwxr-xr-x root/root /usr/bin/edgeproxy",
     ]);
@@ -96,7 +97,7 @@ describe("scripts/package-deb.sh", { skip }, () => {
     assert.equal(await field("Package"), "edgeproxy");
     assert.equal(await field("Version"), pkg.version);
     assert.equal(await field("Architecture"), arch);
-    assert.equal(await field("Depends"), "iptables");
+    assert.equal(await field("Depends"), "libc6 (>= 2.17), iptables");
     assert.ok(Number(await field("Installed-Size")) > statSync(BINARY).size / 1024);
     assert.equal(await runOk(["dpkg-deb", "-I", deb, "conffiles"]), "/etc/edgeproxy/edgeproxy.env\n");
     const info = await runOk(["dpkg-deb", "-I", deb]);
