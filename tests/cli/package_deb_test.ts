@@ -106,55 +106,62 @@ describe("scripts/package-deb.sh", { skip }, () => {
     }
   });
 
-  it("installs into a scratch root with dpkg --root, runs postinst there, and purges cleanly", async () => {
-    const root = join(work, "dpkgroot");
-    for (const d of ["var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers"]) {
-      mkdirSync(join(root, d), { recursive: true });
-    }
-    writeFileSync(join(root, "var/lib/dpkg/status"), "");
-    const dpkg = (args: string[]) =>
-      run(["dpkg", `--root=${root}`, "--force-script-chrootless", "--log=/dev/null", ...args], {
-        timeoutMs: 300_000,
-      });
-    // iptables is not in the scratch root's package database: --force-depends.
-    let r = await dpkg(["--force-depends", "-i", deb]);
-    assert.equal(r.code, 0, r.stdout + r.stderr);
-    assert.match((await dpkg(["-s", "edgeproxy"])).stdout, /^Status: install ok installed$/m);
-    assert.equal(statSync(join(root, "var/lib/edgeproxy")).mode & 0o7777, 0o700, "postinst's state dir");
-    assert.equal(statSync(join(root, "usr/bin/edgeproxy")).size, statSync(BINARY).size);
-    assert.equal(
-      readFileSync(join(root, UNIT_IN_DEB), "utf8"),
-      readFileSync(join(ROOT, "systemd/edgeproxy.service"), "utf8"),
-    );
+  it(
+    "installs into a scratch root with dpkg --root, runs postinst there, and purges cleanly",
+    { skip: isRoot ? false : "needs root (dpkg --root)" },
+    async () => {
+      const root = join(work, "dpkgroot");
+      for (const d of ["var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers"]) {
+        mkdirSync(join(root, d), { recursive: true });
+      }
+      writeFileSync(join(root, "var/lib/dpkg/status"), "");
+      const dpkg = (args: string[]) =>
+        run(["dpkg", `--root=${root}`, "--force-script-chrootless", "--log=/dev/null", ...args], {
+          timeoutMs: 300_000,
+        });
+      // iptables is not in the scratch root's package database: --force-depends.
+      let r = await dpkg(["--force-depends", "-i", deb]);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.match((await dpkg(["-s", "edgeproxy"])).stdout, /^Status: install ok installed$/m);
+      assert.equal(statSync(join(root, "var/lib/edgeproxy")).mode & 0o7777, 0o700, "postinst's state dir");
+      assert.equal(statSync(join(root, "usr/bin/edgeproxy")).size, statSync(BINARY).size);
+      assert.equal(
+        readFileSync(join(root, UNIT_IN_DEB), "utf8"),
+        readFileSync(join(ROOT, "systemd/edgeproxy.service"), "utf8"),
+      );
 
-    // The operator's edit of the conffile survives reinstalling the package.
-    writeFileSync(join(root, ENV_IN_DEB), "EDGEPROXY_ARGS=--hostname-override=site-7\n");
-    r = await dpkg(["--force-depends", "--force-confold", "-i", deb]);
-    assert.equal(r.code, 0, r.stdout + r.stderr);
-    assert.equal(readFileSync(join(root, ENV_IN_DEB), "utf8"), "EDGEPROXY_ARGS=--hostname-override=site-7\n");
+      // The operator's edit of the conffile survives reinstalling the package.
+      writeFileSync(join(root, ENV_IN_DEB), "EDGEPROXY_ARGS=--hostname-override=site-7\n");
+      r = await dpkg(["--force-depends", "--force-confold", "-i", deb]);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.equal(
+        readFileSync(join(root, ENV_IN_DEB), "utf8"),
+        "EDGEPROXY_ARGS=--hostname-override=site-7\n",
+      );
 
-    // The installed unit passes verify in that root, and keeps its recorded hardening score.
-    const unit = readFileSync(join(root, UNIT_IN_DEB), "utf8");
-    const verifyRoot = join(work, "verifyroot");
-    mkdirSync(verifyRoot);
-    await runOk(["cp", "-a", `${root}/.`, `${verifyRoot}/`]);
-    prepareVerifyRoot(verifyRoot, unitCommands(unit, "ExecStartPre"));
-    const v = await verifyInRoot(verifyRoot, UNIT_IN_DEB);
-    assert.equal(v.code, 0, v.stdout + v.stderr);
-    assert.deepEqual((v.stdout + v.stderr).split("\n").filter((l) => l.includes("edgeproxy.service")), []);
-    const exposure = await offlineExposure(join(root, UNIT_IN_DEB));
-    const doc = readFileSync(join(ROOT, "docs/systemd.md"), "utf8");
-    assert.ok(
-      doc.includes(`exposure level ${exposure}`),
-      `docs/systemd.md records another level than ${exposure}`,
-    );
+      // The installed unit passes verify in that root, and keeps its recorded hardening score.
+      const unit = readFileSync(join(root, UNIT_IN_DEB), "utf8");
+      const verifyRoot = join(work, "verifyroot");
+      mkdirSync(verifyRoot);
+      await runOk(["cp", "-a", `${root}/.`, `${verifyRoot}/`]);
+      prepareVerifyRoot(verifyRoot, unitCommands(unit, "ExecStartPre"));
+      const v = await verifyInRoot(verifyRoot, UNIT_IN_DEB);
+      assert.equal(v.code, 0, v.stdout + v.stderr);
+      assert.deepEqual((v.stdout + v.stderr).split("\n").filter((l) => l.includes("edgeproxy.service")), []);
+      const exposure = await offlineExposure(join(root, UNIT_IN_DEB));
+      const doc = readFileSync(join(ROOT, "docs/systemd.md"), "utf8");
+      assert.ok(
+        doc.includes(`exposure level ${exposure}`),
+        `docs/systemd.md records another level than ${exposure}`,
+      );
 
-    r = await dpkg(["-P", "edgeproxy"]);
-    assert.equal(r.code, 0, r.stdout + r.stderr);
-    for (const p of ["usr/bin/edgeproxy", UNIT_IN_DEB, ENV_IN_DEB, "etc/edgeproxy", "var/lib/edgeproxy"]) {
-      assert.ok(!existsSync(join(root, p)), `${p} is left after purge`);
-    }
-  });
+      r = await dpkg(["-P", "edgeproxy"]);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      for (const p of ["usr/bin/edgeproxy", UNIT_IN_DEB, ENV_IN_DEB, "etc/edgeproxy", "var/lib/edgeproxy"]) {
+        assert.ok(!existsSync(join(root, p)), `${p} is left after purge`);
+      }
+    },
+  );
 
   it(
     "reloads systemd but never starts the service (scripts run under a faked running systemd)",
