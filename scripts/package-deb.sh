@@ -40,9 +40,9 @@ version=$(sed -nE 's/^  "version": "([^"]+)",?$/\1/p' package.json)
 
 if [ -z "$arch" ]; then
   # ELF header: bytes 0-3 magic, byte 18-19 e_machine (little endian): 0x3e x86-64, 0xb7 aarch64.
-  magic=$(od -An -tx1 -N4 "$binary" | tr -d ' \n')
-  machine=$(od -An -tu2 -j18 -N2 "$binary" | tr -d ' \n')
+  magic=$(head -c 4 "$binary" | od -An -tx1 | tr -d ' \n')
   [ "$magic" = 7f454c46 ] || { echo "package-deb.sh: --binary $binary: not an ELF executable" >&2; exit 1; }
+  machine=$(head -c 20 "$binary" | tail -c 2 | od -An -tu2 | tr -d ' \n')
   case "$machine" in
     62) arch=amd64 ;;
     183) arch=arm64 ;;

@@ -106,6 +106,34 @@ describe("scripts/package-deb.sh", { skip }, () => {
     }
   });
 
+  it("takes the architecture from the binary's ELF header, and refuses musl builds and non-ELF files", async () => {
+    /** A stand-in executable: an ELF64 header with `machine`, then `body`. */
+    const fake = (name: string, machine: number, body = "") => {
+      const header = Buffer.alloc(64);
+      header.write("\x7fELF", 0, "latin1");
+      header.writeUInt16LE(machine, 18);
+      const file = join(work, name);
+      writeFileSync(file, Buffer.concat([header, Buffer.from(body)]), { mode: 0o755 });
+      return file;
+    };
+    const build = (binary: string) =>
+      run(["bash", join(ROOT, "scripts/package-deb.sh"), "--binary", binary, "--out", join(work, "fakes")]);
+    let r = await build(fake("arm64-bin", 183));
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), join(work, "fakes", `edgeproxy_${pkg.version}_arm64.deb`));
+    assert.equal((await runOk(["dpkg-deb", "-f", r.stdout.trim(), "Architecture"])).trim(), "arm64");
+    r = await build(fake("musl-bin", 62, "/lib/ld-musl-x86_64.so.1\0"));
+    assert.equal(r.code, 1);
+    assert.match(
+      r.stderr,
+      /^package-deb\.sh: --binary .*musl-bin: a musl build; Debian packages need the glibc build\n$/,
+    );
+    writeFileSync(join(work, "script-bin"), "#!/bin/sh\n", { mode: 0o755 });
+    r = await build(join(work, "script-bin"));
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /script-bin: not an ELF executable/);
+  });
+
   it(
     "installs into a scratch root with dpkg --root, runs postinst there, and purges cleanly",
     { skip: isRoot ? false : "needs root (dpkg --root)" },
