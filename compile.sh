@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds dist/edgeproxy, one self-contained executable.
+# Builds one self-contained executable: dist/edgeproxy for this machine, or dist/edgeproxy-<target> for
+# another one, each with a dist/<file>.sha256 (sha256sum format, checked with `sha256sum -c` in dist/).
 #
-#   bash compile.sh [--target linux-x64|linux-arm64|bun-linux-...|<deno target triple>]
+#   bash compile.sh [--target linux-x64|linux-arm64|linux-x64-musl|linux-arm64-musl|bun-linux-...]
 #
+# The musl targets (Alpine, OpenWrt) need the host's libstdc++ and libgcc (Alpine: apk add libstdc++).
 # With a Deno runtime (DENORT_BIN set to an executable denort) it uses `deno compile`; otherwise (the
 # normal, offline case: no denort exists on npm or apt) it uses `bun build --compile`. The version comes
 # from package.json through a JSON import, so the binary needs no file at run time. Prints the size;
@@ -15,19 +17,24 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --target) [ $# -ge 2 ] || { echo "compile.sh: --target needs a value" >&2; exit 2; }; target="$2"; shift 2 ;;
     --target=*) target="${1#--target=}"; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "compile.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
-out=dist/edgeproxy
+case "$target" in
+  *[!A-Za-z0-9._-]*) echo "compile.sh: --target: not a target name: $target" >&2; exit 2 ;;
+esac
+# The output is named after the target (bun- prefix dropped), so builds for several targets can sit side by side.
+out=dist/edgeproxy${target:+-${target#bun-}}
 mkdir -p dist
-rm -f "$out"
+rm -f "$out" "$out.sha256"
 
 if [ -n "${DENORT_BIN:-}" ] && [ -x "${DENORT_BIN}" ]; then
   args=(compile -A --no-check --output "$out")
   case "$target" in
     "") ;;
+    *musl*) echo "compile.sh: deno compile has no musl target; unset DENORT_BIN to build with bun" >&2; exit 2 ;;
     linux-x64|bun-linux-x64*) args+=(--target x86_64-unknown-linux-gnu) ;;
     linux-arm64|bun-linux-arm64*) args+=(--target aarch64-unknown-linux-gnu) ;;
     *) args+=(--target "$target") ;;
@@ -58,6 +65,8 @@ fi
 [ -x "$out" ] || { echo "compile.sh: $out was not produced" >&2; exit 1; }
 bytes=$(stat -c %s "$out")
 echo "$out: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB", b / 1048576 }'))"
+(cd dist && sha256sum "${out#dist/}" >"${out#dist/}.sha256")
+echo "$out.sha256: $(cut -d' ' -f1 "$out.sha256")"
 
 # A binary for this machine must at least start and know its version.
 native=""

@@ -23,7 +23,7 @@ const HOUR = 60 * MINUTE;
 
 /**
  * A fully defaulted configuration: what `kube-proxy --write-config-to` describes before any flag
- * (field-by-field the table in research §3.1). Returns a new object each call.
+ * (field by field upstream's v1alpha1 defaults). Returns a new object each call.
  */
 export function defaultConfig(): KubeProxyConfiguration {
   return {

@@ -1,6 +1,6 @@
 /**
  * `--cleanup`: remove every iptables rule and chain edgeproxy (or upstream kube-proxy in iptables mode)
- * created, for IPv4 and, when ip6tables works, IPv6. Follows upstream CleanupLeftovers (§1.4):
+ * created, for IPv4 and, when ip6tables works, IPv6. Follows upstream's CleanupLeftovers:
  * delete the jump rules, then flush and delete the nat and filter chains in iptables-restore transactions.
  *
  * Deliberate differences from upstream, all in the direction of "remove what we own, nothing else":

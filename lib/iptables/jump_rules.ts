@@ -1,5 +1,5 @@
 /**
- * Installs the jump rules from built-in chains into kube-proxy's chains (§1.4), the way upstream's
+ * Installs the jump rules from built-in chains into kube-proxy's chains (iptablesJumpChains), the way upstream's
  * syncProxyRules does on full syncs: for each rule, EnsureChain(table, toChain) (`iptables -N`, "already
  * exists" is fine), then EnsureRule(Prepend, …) (`iptables -C`, and `iptables -I` when missing). They are
  * not part of the restore payload because that would replace all of PREROUTING, INPUT, …

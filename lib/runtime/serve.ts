@@ -5,7 +5,7 @@
  * Both bind synchronously and throw on failure with a `code` (EADDRINUSE, EADDRNOTAVAIL, EACCES, ...);
  * that becomes one clear error: `cannot listen on <host>:<port>: <reason> (<code>)`.
  * IPv6 hostnames are given bare ("::", "::1"); messages print them bracketed like Go's JoinHostPort.
- * Measured facts: /work/shared/research/runtime.md §3, §6.
+ * Both runtimes' serve APIs were measured to behave this way (bind errors, IPv6 hosts, shutdown).
  */
 import { log } from "../log.ts";
 

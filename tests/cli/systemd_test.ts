@@ -5,41 +5,23 @@
  */
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { resolveInvocation } from "../../lib/cli/resolve.ts";
+import { run } from "../support/netns.ts";
+import { haveCommand, offlineExposure, unitValues } from "../support/systemd_root.ts";
 
 const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
 const UNIT = readFileSync(join(ROOT, "systemd/edgeproxy.service"), "utf8");
 const ENV = readFileSync(join(ROOT, "systemd/edgeproxy.env"), "utf8");
 
-function haveSystemdAnalyze(): boolean {
-  try {
-    execFileSync("systemd-analyze", ["--version"], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-const skip = haveSystemdAnalyze() ? false : "systemd-analyze is not installed";
+const skip = haveCommand("systemd-analyze") ? false : "systemd-analyze is not installed";
 if (skip) console.log(`SKIP systemd unit checks: ${skip}`);
 
-function analyze(args: string[]): Promise<{ code: number; out: string }> {
-  return new Promise((done) => {
-    execFile("systemd-analyze", args, { timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === "number" ? err.code : 1) : 0;
-      done({ code, out: String(stdout) + String(stderr) });
-    });
-  });
-}
-
 /** Directive values of the [Service] section (repeated keys in order). */
-function directives(key: string): string[] {
-  return UNIT.split("\n").filter((l) => l.startsWith(`${key}=`)).map((l) => l.slice(key.length + 1));
-}
+const directives = (key: string) => unitValues(UNIT, key);
 
 describe("systemd/edgeproxy.service", { skip }, () => {
   const dir = mkdtempSync(join(tmpdir(), "edgeproxy-unit-"));
@@ -51,7 +33,7 @@ describe("systemd/edgeproxy.service", { skip }, () => {
   const unitPath = join(dir, "edgeproxy.service");
   writeFileSync(
     unitPath,
-    UNIT.replace(/^ExecStart=\/usr\/local\/bin\/edgeproxy /m, `ExecStart=${fakeBinary} `),
+    UNIT.replace(/^ExecStart=\/usr\/bin\/edgeproxy /m, `ExecStart=${fakeBinary} `),
   );
 
   it("passes systemd-analyze verify without a warning about the unit", async () => {
@@ -59,21 +41,22 @@ describe("systemd/edgeproxy.service", { skip }, () => {
       readFileSync(unitPath, "utf8"),
       new RegExp(`^ExecStart=${fakeBinary} \\$EDGEPROXY_ARGS$`, "m"),
     );
-    const r = await analyze(["verify", unitPath]);
-    assert.equal(r.code, 0, r.out);
-    const about = r.out.split("\n").filter((l) => l.includes("edgeproxy.service"));
+    const r = await run(["systemd-analyze", "verify", unitPath], { timeoutMs: 60_000 });
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const about = (r.stdout + r.stderr).split("\n").filter((l) => l.includes("edgeproxy.service"));
     assert.deepEqual(about, []);
   });
 
   it("has a low offline security exposure (recorded in docs/systemd.md)", async () => {
-    const r = await analyze(["security", "--offline=true", unitPath]);
-    const m = /Overall exposure level for edgeproxy\.service: ([0-9.]+)/.exec(r.out);
-    assert.ok(m, r.out);
-    const score = Number(m[1]);
+    const level = await offlineExposure(unitPath);
+    const score = Number(level);
     console.log(`systemd-analyze security --offline=true: exposure ${score}`);
     assert.ok(score <= 3.0, `exposure ${score} regressed above 3.0`);
     const doc = readFileSync(join(ROOT, "docs/systemd.md"), "utf8");
-    assert.ok(doc.includes(`exposure level ${m[1]}`), `docs/systemd.md should record exposure level ${m[1]}`);
+    assert.ok(
+      doc.includes(`exposure level ${level}`),
+      `docs/systemd.md should record exposure level ${level}`,
+    );
   });
 
   it("grants exactly the three capabilities and keeps the JIT and sysctl exceptions", () => {
