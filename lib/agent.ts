@@ -101,6 +101,10 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     return await cleanupAll((m) => log.info(m), (m) => log.warn(m));
   }
 
+  // Setup errors (kubeconfig, credentials, no apiserver) are reported before anything on the host changes.
+  const apiserverWiring = options.manifests ? null : await import("./proxier/apiserver_wiring.ts");
+  const restConfig = await apiserverWiring?.resolveApiserverConfig(config, options);
+
   if (!dryRun) {
     const { privilegedInit } = await import("./proxier/privileged_init.ts");
     await privilegedInit(config);
@@ -271,8 +275,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     stopSource = () => src.stop();
     log.info(`reading Services, EndpointSlices and Node ${nodeName} from ${options.manifests}`);
   } else {
-    const { startApiserver } = await import("./proxier/apiserver_wiring.ts");
-    const src = await startApiserver(config, options, nodeName, store, apiStats);
+    const src = await apiserverWiring!.startApiserver(config, options, nodeName, store, apiStats, restConfig);
     stopSource = () => src.stop();
     if (options.stateDir && !dryRun) {
       const deadline = new Promise<"deadline">((r) =>

@@ -5,7 +5,13 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Buffer } from "node:buffer";
-import { FileTokenCredentials, loadRestConfig, mergeKubeconfigs } from "../../lib/k8s/kubeconfig.ts";
+import process from "node:process";
+import {
+  FileTokenCredentials,
+  loadRestConfig,
+  mergeKubeconfigs,
+  SERVICE_ACCOUNT_DIR,
+} from "../../lib/k8s/kubeconfig.ts";
 import { ExecCredentialProvider, parseExecCredential } from "../../lib/k8s/exec_credential.ts";
 
 const CA = "-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n";
@@ -76,9 +82,9 @@ contexts:
       { file: "x", text: "current-context: one\nusers: [{name: u, user: {token: t1}}]" },
       { file: "y", text: "current-context: two\nusers: [{name: u, user: {token: t2}}, {name: v, user: {}}]" },
     ]);
-    assert.equal(m.currentContext, "one");
-    assert.deepEqual(m.users.get("u")?.value, { token: "t1" });
-    assert.ok(m.users.has("v"));
+    assert.equal(m.kc.getCurrentContext(), "one");
+    assert.equal(m.kc.getUser("u")?.token, "t1");
+    assert.ok(m.kc.getUser("v"));
   });
 
   it("an explicit --kubeconfig is used alone and must exist; --master overrides the server", {
@@ -157,10 +163,25 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
         /contexts\[0\]\.context\.cluster: no cluster named "k"/,
       ],
       ["current-context: c", /current-context: no context named "c"/],
-      ["clusters: [{cluster: {server: x}}]", /clusters\[0\]\.name: missing/],
+      ["clusters: [{cluster: {server: x}}]", /clusters\[0\]\.name is missing/],
       [
         "current-context: c\nclusters: [{name: k, cluster: {}}]\ncontexts: [{name: c, context: {cluster: k}}]",
-        /clusters\[0\]\.cluster\.server: missing/,
+        /clusters\[0\]\.cluster\.server is missing/,
+      ],
+      [
+        `current-context: c\nclusters: [{name: k, cluster: {server: h, insecure-skip-tls-verify: true, certificate-authority-data: ${
+          b64(CA)
+        }}}]\ncontexts: [{name: c, context: {cluster: k}}]`,
+        /clusters\[0\]\.cluster\.insecure-skip-tls-verify: specifying a root certificates file with the insecure flag is not allowed/,
+      ],
+      [
+        "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]",
+        /contexts\[0\]\.context\.user: no user named "u"/,
+      ],
+      [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n" +
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]",
+        /not valid YAML: .*alias/i,
       ],
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h, certificate-authority-data: bm90IHBlbQ==}}]\n" +
@@ -170,7 +191,7 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
         "users: [{name: u, user: {auth-provider: {name: gcp}}}]",
-        /users\[0\]\.user\.auth-provider: legacy auth providers are not supported/,
+        /users\[0\]\.user\.auth-provider\.name: "gcp" is not supported \(only oidc/,
       ],
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
@@ -218,18 +239,34 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 });
 
 describe("in-cluster configuration", () => {
+  /** Runs `f` with the in-cluster variables set (client-node's loadFromCluster reads process.env). */
+  async function withServiceEnv<T>(host: string | undefined, port: string | undefined, f: () => Promise<T>) {
+    const saved = [process.env.KUBERNETES_SERVICE_HOST, process.env.KUBERNETES_SERVICE_PORT];
+    const set = (k: string, v: string | undefined) =>
+      v === undefined ? delete process.env[k] : (process.env[k] = v);
+    set("KUBERNETES_SERVICE_HOST", host);
+    set("KUBERNETES_SERVICE_PORT", port);
+    try {
+      return await f();
+    } finally {
+      set("KUBERNETES_SERVICE_HOST", saved[0]);
+      set("KUBERNETES_SERVICE_PORT", saved[1]);
+    }
+  }
+
   it("uses KUBERNETES_SERVICE_HOST/PORT and the service-account dir, re-reading the token", {
     timeout: 30_000,
   }, async () => {
-    const sa = join(dir, "sa");
-    await file("sa/token", "sa-token-1");
-    await file("sa/ca.crt", CA);
+    const root = join(dir, "root");
+    const sa = join(root, SERVICE_ACCOUNT_DIR);
+    await file(`root${SERVICE_ACCOUNT_DIR}/token`, "sa-token-1");
+    await file(`root${SERVICE_ACCOUNT_DIR}/ca.crt`, CA);
     let now = 0;
-    const cfg = await loadRestConfig({
-      env: { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" },
-      serviceAccountDir: sa,
-      now: () => now,
-    });
+    const cfg = await withServiceEnv(
+      "fd00::1",
+      "443",
+      () => loadRestConfig({ env: {}, inClusterRoot: root, now: () => now }),
+    );
     assert.equal(cfg.server, "https://[fd00::1]:443");
     assert.equal(cfg.caPem, CA);
     assert.equal((await cfg.credentials.get()).authorization, "Bearer sa-token-1");
@@ -237,19 +274,26 @@ describe("in-cluster configuration", () => {
     now = 61_000;
     assert.equal((await cfg.credentials.get()).authorization, "Bearer sa-token-2");
 
-    const v4 = await loadRestConfig({
-      env: { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" },
-      serviceAccountDir: sa,
-    });
-    assert.equal(v4.server, "https://10.96.0.1:443");
-    await assert.rejects(loadRestConfig({ env: {}, serviceAccountDir: sa }), /KUBERNETES_SERVICE_HOST/);
-    await assert.rejects(
-      loadRestConfig({
-        env: { KUBERNETES_SERVICE_HOST: "h", KUBERNETES_SERVICE_PORT: "1" },
-        serviceAccountDir: join(dir, "nosa"),
-      }),
-      /in-cluster configuration: .*nosa\/ca.crt: file not found/,
+    const v4 = await withServiceEnv(
+      "10.96.0.1",
+      "8080",
+      () => loadRestConfig({ env: {}, inClusterRoot: root }),
     );
+    assert.equal(v4.server, "https://10.96.0.1:8080", "always https, as client-go (client-node says http)");
+    await withServiceEnv(undefined, undefined, () =>
+      assert.rejects(
+        loadRestConfig({ env: {}, inClusterRoot: root }),
+        (e: Error) => {
+          assert.match(e.message, /^no apiserver configured: .*KUBERNETES_SERVICE_HOST/);
+          assert.equal(e.name, "KubeconfigError");
+          return true;
+        },
+      ));
+    await withServiceEnv("h", "1", () =>
+      assert.rejects(
+        loadRestConfig({ env: {}, inClusterRoot: join(dir, "nosa") }),
+        /in-cluster configuration: file not found \(.*nosa\/var\/run\/secrets\/kubernetes.io\/serviceaccount\/ca.crt\)/,
+      ));
   });
 });
 
