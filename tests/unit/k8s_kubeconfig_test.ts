@@ -140,6 +140,23 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
     },
   );
 
+  it("uses an oidc auth-provider's id-token through client-node", { timeout: 30_000 }, async () => {
+    const part = (o: unknown) => Buffer.from(JSON.stringify(o)).toString("base64url");
+    const jwt = `${part({ alg: "none" })}.${part({ exp: 4_102_444_800 })}.sig`; // expires 2100
+    const p = await file(
+      "oidc",
+      `
+current-context: c
+clusters: [{name: k, cluster: {server: "https://h:6443"}}]
+users: [{name: u, user: {auth-provider: {name: oidc, config: {client-id: x, id-token: "${jwt}"}}}}]
+contexts: [{name: c, context: {cluster: k, user: u}}]
+`,
+    );
+    const cfg = await loadRestConfig({ kubeconfig: p });
+    assert.equal((await cfg.credentials.get()).authorization, `Bearer ${jwt}`);
+    assert.equal(cfg.credentials.description, "oidc auth-provider");
+  });
+
   it("names the file and the field in errors", { timeout: 30_000 }, async () => {
     await file("e/client.crt", CERT);
     const missingKey = await file(
@@ -416,6 +433,89 @@ users:
       );
     },
   );
+
+  /** True when no live process has this pid (a zombie waiting for its reaper counts as gone). */
+  async function gone(pid: number): Promise<boolean> {
+    try {
+      const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+    } catch {
+      return true;
+    }
+  }
+
+  async function hangingPlugin(name: string): Promise<{ command: string; pids: string }> {
+    const pids = join(dir, `${name}.pids`);
+    const command = await file(
+      `plugins/${name}`,
+      `#!/bin/sh\nsleep 1000 &\necho "$$ $!" > "${pids}"\nwait\n`,
+    );
+    await chmod(command, 0o755);
+    return { command, pids };
+  }
+
+  async function pidsOf(path: string): Promise<number[]> {
+    for (let i = 0; i < 200; i++) {
+      const text = await readFile(path, "utf8").catch(() => "");
+      if (text.trim().split(" ").length === 2) return text.trim().split(" ").map(Number);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error(`${path}: plugin did not start`);
+  }
+
+  const execConfig = (command: string) => ({
+    command,
+    args: [],
+    env: {},
+    apiVersion: "client.authentication.k8s.io/v1",
+    provideClusterInfo: false,
+    origin: "kubeconfig /k: users[0].user.exec",
+  });
+
+  it("kills the process group of a plugin that exceeds its time limit, then backs off", {
+    timeout: 30_000,
+  }, async () => {
+    const { command, pids } = await hangingPlugin("hang-timeout.sh");
+    let now = 1_000_000;
+    const prov = new ExecCredentialProvider(execConfig(command), {
+      cluster: { server: "https://h", insecureSkipTlsVerify: false },
+      timeoutMs: 500,
+      now: () => now,
+    });
+    const t0 = Date.now();
+    await assert.rejects(
+      prov.get(),
+      /running .*hang-timeout\.sh: timed out after 500 ms \(process group killed\)/,
+    );
+    assert.ok(Date.now() - t0 < 5_000, "bounded by the time limit");
+    for (const pid of await pidsOf(pids)) assert.ok(await gone(pid), `plugin process ${pid} is gone`);
+    await assert.rejects(prov.get(), /timed out/, "within the backoff: the last error, no new run");
+    assert.equal(prov.runs, 1);
+    now += 2_001; // past the first backoff step (1 s, up to 2 s with jitter)
+    await rm(pids);
+    await assert.rejects(prov.get(), /timed out/);
+    assert.equal(prov.runs, 2, "after the backoff the plugin runs again");
+  });
+
+  it("close() kills a hanging plugin's process group and fails the waiting request at once", {
+    timeout: 30_000,
+  }, async () => {
+    const { command, pids } = await hangingPlugin("hang-close.sh");
+    const prov = new ExecCredentialProvider(execConfig(command), {
+      cluster: { server: "https://h", insecureSkipTlsVerify: false },
+    });
+    const waiting = prov.get();
+    const procs = await pidsOf(pids);
+    const t0 = Date.now();
+    prov.close();
+    await assert.rejects(waiting, /credentials closed \(shutting down\)/);
+    assert.ok(Date.now() - t0 < 2_000);
+    for (const pid of procs) {
+      for (let i = 0; i < 50 && !(await gone(pid)); i++) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(await gone(pid), `plugin process ${pid} is gone`);
+    }
+    await assert.rejects(prov.get(), /credentials closed/);
+  });
 
   it("validates ExecCredential output", () => {
     const v1 = "client.authentication.k8s.io/v1";
