@@ -88,11 +88,21 @@ async function chooseFamilies(
   return { families: ip6Runner ? ["IPv4", "IPv6"] : ["IPv4"], ip6Runner };
 }
 
+/** Callbacks of {@link runAgent}. */
+export interface AgentHooks {
+  /** Called once the configuration and the apiserver credentials are resolved, before the host is touched. */
+  setupDone?: () => void;
+}
+
 /**
  * Runs edgeproxy until SIGTERM/SIGINT (or, with --dry-run, until every family has printed one sync).
  * Resolves to the process exit code.
  */
-export async function runAgent(config: KubeProxyConfiguration, options: EdgeproxyOptions): Promise<number> {
+export async function runAgent(
+  config: KubeProxyConfiguration,
+  options: EdgeproxyOptions,
+  hooks: AgentHooks = {},
+): Promise<number> {
   const nodeName = nodeNameFor(config);
   const dryRun = options.dryRun;
 
@@ -104,6 +114,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
   // Setup errors (kubeconfig, credentials, no apiserver) are reported before anything on the host changes.
   const apiserverWiring = options.manifests ? null : await import("./proxier/apiserver_wiring.ts");
   const restConfig = await apiserverWiring?.resolveApiserverConfig(config, options);
+  hooks.setupDone?.();
 
   if (!dryRun) {
     const { privilegedInit } = await import("./proxier/privileged_init.ts");
