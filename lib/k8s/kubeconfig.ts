@@ -1,10 +1,10 @@
 /**
  * Where the apiserver is and how to authenticate: kubeconfig files, in-cluster service-account
  * configuration and the --master override, resolved into a {@link RestConfig} for our own transport
- * (lib/k8s/transport.ts). The kubeconfig model is @kubernetes/client-node's `KubeConfig` (entries, contexts,
- * relative paths, in-cluster paths, oidc); its API clients and Watch are not used (on Deno they hang, on
- * Bun they drop the TLS options), so only the resolved server, CA, client certificate, token and TLS flags
- * leave this module.
+ * (lib/k8s/transport.ts). kubeconfig entries are parsed and checked by @kubernetes/client-node's entry
+ * parsers (newClusters, newUsers, newContexts) into its Cluster/User/Context model; its API clients and
+ * Watch are not used (on Deno they hang, on Bun they drop the TLS options), so only the resolved server,
+ * CA, client certificate, token and TLS flags leave this module.
  *
  * Precedence, as upstream kube-proxy (cmd/kube-proxy/app/server.go createClient) plus KUBECONFIG:
  * 1. an explicit kubeconfig path (--kubeconfig / clientConnection.kubeconfig), alone;
@@ -14,7 +14,7 @@
  * --master overrides the server URL in every case.
  *
  * Where client-node differs from client-go, client-go wins (each place says why): KUBECONFIG merging,
- * `tokenFile`, token-file rotation, certificate-*-data precedence, the in-cluster scheme, exec plugins.
+ * `tokenFile`, token-file rotation, certificate-*-data precedence, exec plugins.
  * Every problem is a {@link KubeconfigError}: one line naming the file and the field.
  */
 import { readFile } from "node:fs/promises";
@@ -22,13 +22,19 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import process from "node:process";
 import { Buffer } from "node:buffer";
 import { parse as parseYaml } from "yaml";
+import { readFileSync } from "node:fs";
+import { isIPv6 } from "node:net";
+// Only the entry parsers: the package's root (KubeConfig, which pulls the generated API client, undici,
+// openid-client, socks and proxy agents) adds ~6 MiB of resident memory and ~4 MB of binary for the
+// agent's lifetime, for a loader that would otherwise be a find-by-name.
 import {
-  bufferFromFileOrString,
   type Cluster,
   type Context,
-  KubeConfig,
+  newClusters,
+  newContexts,
+  newUsers,
   type User,
-} from "@kubernetes/client-node";
+} from "@kubernetes/client-node/dist/config_types.js";
 import { type ExecConfig, ExecCredentialProvider } from "./exec_credential.ts";
 import { KubeconfigError } from "./kubeconfig_error.ts";
 
@@ -80,7 +86,7 @@ export interface LoadRestConfigOptions {
   master?: string;
   /**
    * Environment to read KUBECONFIG from (default: process.env). The in-cluster variables are always read
-   * from process.env, where client-node's loadFromCluster reads them.
+   * from process.env.
    */
   env?: Record<string, string | undefined>;
   /** Prefix of the service-account mount path (default "": /var/run/secrets/kubernetes.io/serviceaccount). */
@@ -135,7 +141,11 @@ interface Origin {
 /** The merged kubeconfig: client-node's model plus what client-node drops. */
 export interface MergedKubeconfig {
   files: string[];
-  kc: KubeConfig;
+  /** client-node's entries, merged; current-context from the first file that sets it. */
+  currentContext: string;
+  clusterList: Cluster[];
+  userList: User[];
+  contextList: Context[];
   /** The file that set current-context. */
   currentContextFile: string;
   clusters: Map<string, Origin>;
@@ -148,22 +158,22 @@ export interface MergedKubeconfig {
  * file defining a name wins; current-context comes from the first file that sets it. (client-node's
  * loadFromDefault/mergeConfig throws on a name defined twice, lets the last current-context win and fails
  * on a missing KUBECONFIG entry, none of which kubectl does.) Each file is parsed with the `yaml` package
- * (bounded alias expansion, line numbers in errors) and modelled by client-node's loadFromString.
+ * (bounded alias expansion, line numbers in errors) and its entries modelled by client-node's parsers.
  * Relative paths are resolved against the file that names them.
  */
 export function mergeKubeconfigs(docs: Array<{ file: string; text: string }>): MergedKubeconfig {
   const out: MergedKubeconfig = {
     files: docs.map((d) => d.file),
-    kc: new KubeConfig(),
+    currentContext: "",
+    clusterList: [],
+    userList: [],
+    contextList: [],
     currentContextFile: "",
     clusters: new Map(),
     users: new Map(),
     contexts: new Map(),
   };
-  let currentContext = "";
-  const clusters: Cluster[] = [];
-  const users: User[] = [];
-  const contexts: Context[] = [];
+  const { clusterList: clusters, userList: users, contextList: contexts } = out;
   for (const { file, text } of docs) {
     const where = `kubeconfig ${file}`;
     let doc: unknown;
@@ -186,26 +196,34 @@ export function mergeKubeconfigs(docs: Array<{ file: string; text: string }>): M
         if (!isRecord(e)) throw new KubeconfigError(where, `${list}[${i}]`, "must be a mapping");
       });
     }
-    const one = new KubeConfig();
+    let one: { clusters: Cluster[]; users: User[]; contexts: Context[] };
     try {
-      // JSON is YAML: client-node models the document we already parsed (and bounded).
-      one.loadFromString(JSON.stringify(doc));
+      one = {
+        clusters: newClusters(doc.clusters),
+        users: newUsers(doc.users),
+        contexts: newContexts(doc.contexts),
+      };
     } catch (e) {
       // client-node's messages name the entry: "clusters[0].cluster.server is missing".
       throw new KubeconfigError(where, "", firstLine(e));
     }
-    one.makePathsAbsolute(dirname(file));
-    if (!currentContext && cc) {
-      currentContext = cc;
+    // Relative paths are relative to the file that names them (client-node's makePathsAbsolute).
+    for (const c of one.clusters) if (c.caFile) c.caFile = resolveRelative(c.caFile, file);
+    for (const u of one.users) {
+      if (u.certFile) u.certFile = resolveRelative(u.certFile, file);
+      if (u.keyFile) u.keyFile = resolveRelative(u.keyFile, file);
+    }
+    if (!out.currentContext && cc) {
+      out.currentContext = cc;
       out.currentContextFile = file;
     }
     const rawUsers = (doc.users ?? []) as Array<Record<string, unknown>>;
-    one.getClusters().forEach((c, i) => {
+    one.clusters.forEach((c, i) => {
       if (out.clusters.has(c.name)) return;
       out.clusters.set(c.name, { file, field: `clusters[${i}].cluster` });
       clusters.push(c);
     });
-    one.getUsers().forEach((u, i) => {
+    one.users.forEach((u, i) => {
       if (out.users.has(u.name)) return;
       const field = `users[${i}].user`;
       const raw = rawUsers[i]?.user;
@@ -217,13 +235,12 @@ export function mergeKubeconfigs(docs: Array<{ file: string; text: string }>): M
       out.users.set(u.name, { file, field, tokenFile: tf ? resolveRelative(tf, file) : undefined });
       users.push(u);
     });
-    one.getContexts().forEach((c, i) => {
+    one.contexts.forEach((c, i) => {
       if (out.contexts.has(c.name)) return;
       out.contexts.set(c.name, { file, field: `contexts[${i}].context` });
       contexts.push(c);
     });
   }
-  out.kc.loadFromOptions({ clusters, users, contexts, currentContext });
   return out;
 }
 
@@ -253,10 +270,11 @@ export async function restConfigFromMerged(
   m: MergedKubeconfig,
   opts: Pick<LoadRestConfigOptions, "tokenRefreshMs" | "now"> = {},
 ): Promise<RestConfig> {
-  const kc = m.kc;
-  const current = kc.getCurrentContext();
+  const byName = <T extends { name: string }>(list: T[], name: string) =>
+    list.find((e) => e.name === name) ?? null;
+  const current = m.currentContext;
   if (!current) throw new KubeconfigError(`kubeconfig ${m.files.join(":")}`, "current-context", "not set");
-  const ctx = kc.getContextObject(current);
+  const ctx = byName(m.contextList, current);
   if (!ctx) {
     throw new KubeconfigError(
       `kubeconfig ${m.currentContextFile}`,
@@ -265,7 +283,7 @@ export async function restConfigFromMerged(
     );
   }
   const ctxAt = m.contexts.get(current)!;
-  const cluster = kc.getCluster(ctx.cluster);
+  const cluster = byName(m.clusterList, ctx.cluster);
   if (!cluster) {
     throw new KubeconfigError(
       `kubeconfig ${ctxAt.file}`,
@@ -275,7 +293,7 @@ export async function restConfigFromMerged(
   }
   let user: User | null = null;
   if (ctx.user) {
-    user = kc.getUser(ctx.user);
+    user = byName(m.userList, ctx.user);
     if (!user) {
       throw new KubeconfigError(
         `kubeconfig ${ctxAt.file}`,
@@ -304,7 +322,7 @@ export async function restConfigFromMerged(
   }
   const server = normalizeServer(cluster.server, where, cf("server"));
   const credentials = user
-    ? await credentialsFromUser(kc, user, m.users.get(user.name)!, {
+    ? await credentialsFromUser(user, m.users.get(user.name)!, {
       server,
       caPem,
       insecure: cluster.skipTLSVerify,
@@ -320,7 +338,6 @@ export async function restConfigFromMerged(
 }
 
 async function credentialsFromUser(
-  kc: KubeConfig,
   user: User,
   at: Origin & { tokenFile?: string },
   cluster: { server: string; caPem?: string; insecure: boolean },
@@ -348,7 +365,17 @@ async function credentialsFromUser(
       now: opts.now,
     });
   }
-  if (user.authProvider) return authProviderCredentials(kc, user, where, f("auth-provider"), base);
+  if (user.authProvider) {
+    // Legacy auth-providers: gcp and azure were removed from client-go (v1.26); oidc would need
+    // client-node's KubeConfig (openid-client), whose module graph alone costs ~4 MiB of resident memory
+    // and ~4 MB of binary even when unused. An exec plugin (e.g. kubelogin) does the same job.
+    const name = (user.authProvider as { name?: unknown }).name;
+    throw new KubeconfigError(
+      where,
+      f("auth-provider"),
+      `${JSON.stringify(name ?? "")}: legacy auth providers are not supported; use an exec plugin`,
+    );
+  }
   if (user.token) {
     return staticCredentials({ ...base, authorization: `Bearer ${user.token.trim()}` }, "bearer token");
   }
@@ -370,39 +397,6 @@ async function credentialsFromUser(
     return staticCredentials({ ...base, authorization: `Basic ${basic}` }, "basic auth");
   }
   return staticCredentials(base, certPem ? "client certificate" : "none");
-}
-
-/**
- * `auth-provider`: oidc through client-node (id-token, refreshed with the refresh-token when expired).
- * gcp and azure are refused: client-go removed them (v1.26), and client-node runs their cmd-path with
- * execSync, which would block the whole agent, signals included, for as long as the command hangs.
- */
-function authProviderCredentials(
-  kc: KubeConfig,
-  user: User,
-  where: string,
-  field: string,
-  base: AuthMaterial,
-): Credentials {
-  const name = (user.authProvider as { name?: unknown }).name;
-  if (name !== "oidc") {
-    throw new KubeconfigError(
-      where,
-      `${field}.name`,
-      `${JSON.stringify(name ?? "")} is not supported (only oidc; use an exec plugin instead)`,
-    );
-  }
-  return {
-    description: "oidc auth-provider",
-    get: async () => {
-      const o: { headers?: Record<string, string> } = { headers: {} };
-      // applyToHTTPSOptions also builds an https.Agent that we never use; only the header is taken.
-      await kc.applyToHTTPSOptions(o as Parameters<KubeConfig["applyToHTTPSOptions"]>[0]);
-      const h = o.headers?.Authorization;
-      return h ? { ...base, authorization: h } : { ...base };
-    },
-    invalidate: () => {},
-  };
 }
 
 function parseExecConfig(v: unknown, file: string, field: string): ExecConfig {
@@ -459,14 +453,16 @@ function parseExecConfig(v: unknown, file: string, field: string): ExecConfig {
 // in-cluster
 
 /**
- * The in-cluster configuration (rest.InClusterConfig) through client-node's loadFromCluster: service
- * host/port from process.env, the service-account token (re-read, see {@link FileTokenCredentials}) and CA.
+ * The in-cluster configuration (rest.InClusterConfig): service host/port from process.env, the
+ * service-account token (re-read, see {@link FileTokenCredentials}) and CA.
  */
 export async function inClusterConfig(
   opts: Pick<LoadRestConfigOptions, "inClusterRoot" | "tokenRefreshMs" | "now"> = {},
 ): Promise<RestConfig> {
   const where = "in-cluster configuration";
-  if (!process.env.KUBERNETES_SERVICE_HOST || !process.env.KUBERNETES_SERVICE_PORT) {
+  const host = process.env.KUBERNETES_SERVICE_HOST ?? "";
+  const port = process.env.KUBERNETES_SERVICE_PORT ?? "";
+  if (!host || !port) {
     throw new KubeconfigError(
       "no apiserver configured",
       "",
@@ -474,22 +470,18 @@ export async function inClusterConfig(
         "(in-cluster configuration needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)",
     );
   }
-  const kc = new KubeConfig();
-  kc.loadFromCluster(opts.inClusterRoot ?? "");
-  const cluster = kc.getCurrentCluster()!;
-  const tokenPath = String(kc.getCurrentUser()?.authProvider?.config?.tokenFile ?? "");
-  // client-node picks http:// for ports 80, 8080 and 8001; client-go always uses https.
-  const server = cluster.server.replace(/^http:/, "https:");
+  const dir = `${opts.inClusterRoot ?? ""}${SERVICE_ACCOUNT_DIR}`;
+  const tokenPath = `${dir}/token`;
   // client-go continues without a CA (and fails TLS later); say so now instead.
-  const caPem = pem(where, "", cluster.caFile, undefined);
+  const caPem = pem(where, "", `${dir}/ca.crt`, undefined);
   const credentials = new FileTokenCredentials(tokenPath, {}, opts.tokenRefreshMs, opts.now, where);
   await credentials.get();
   return {
-    server,
+    server: `https://${isIPv6(host) ? `[${host}]` : host}:${port}`,
     caPem,
     insecureSkipTlsVerify: false,
     credentials,
-    source: `in-cluster (${dirname(tokenPath)})`,
+    source: `in-cluster (${dir})`,
   };
 }
 
@@ -607,9 +599,7 @@ function pem(
   const dataField = field ? `${field}-data` : "";
   let buf: Buffer | null;
   try {
-    buf = data
-      ? bufferFromFileOrString(undefined, data.replace(/\s+/g, ""))
-      : bufferFromFileOrString(file, undefined);
+    buf = data ? Buffer.from(data.replace(/\s+/g, ""), "base64") : file ? readFileSync(file) : null;
   } catch (e) {
     throw new KubeconfigError(where, field, `${fileProblem(e)} (${file})`);
   }
