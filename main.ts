@@ -80,15 +80,19 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
       return 0;
     case "run": {
       printFlags(argv);
-      // Upstream logs this first thing in ProxyServer.Run, which --cleanup and --init-only never reach.
-      if (!inv.options.cleanup && !inv.options.initOnly) {
-        log.info("Version info", { version: VERSION, upstream: UPSTREAM_KUBE_PROXY_VERSION });
-      }
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
       const { runAgent } = await import("./lib/agent.ts");
       return await runAgent(applyPlatformDefaults(inv.config), {
         ...inv.options,
         configFile: inv.configFile || undefined,
+      }, {
+        // Upstream logs this first thing in ProxyServer.Run: after the apiserver client is created (so a
+        // kubeconfig error stays the only line), and never for --cleanup and --init-only.
+        setupDone: () => {
+          if (!inv.options.cleanup && !inv.options.initOnly) {
+            log.info("Version info", { version: VERSION, upstream: UPSTREAM_KUBE_PROXY_VERSION });
+          }
+        },
       });
     }
   }

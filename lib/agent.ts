@@ -108,11 +108,21 @@ async function chooseFamilies(
   return { families: ip6Runner ? ["IPv4", "IPv6"] : ["IPv4"], ip6Runner };
 }
 
+/** Callbacks of {@link runAgent}. */
+export interface AgentHooks {
+  /** Called once the configuration and the apiserver credentials are resolved, before the host is touched. */
+  setupDone?: () => void;
+}
+
 /**
  * Runs edgeproxy until SIGTERM/SIGINT (or, with --dry-run, until every family has printed one sync).
  * Resolves to the process exit code.
  */
-export async function runAgent(config: KubeProxyConfiguration, options: EdgeproxyOptions): Promise<number> {
+export async function runAgent(
+  config: KubeProxyConfiguration,
+  options: EdgeproxyOptions,
+  hooks: AgentHooks = {},
+): Promise<number> {
   const nodeName = nodeNameFor(config);
   const dryRun = options.dryRun;
 
@@ -120,6 +130,11 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     const { cleanupAll } = await import("./proxier/iptables_host.ts");
     return await cleanupAll((m) => log.info(m), (m) => log.warn(m));
   }
+
+  // Setup errors (kubeconfig, credentials, no apiserver) are reported before anything on the host changes.
+  const apiserverWiring = options.manifests ? null : await import("./proxier/apiserver_wiring.ts");
+  const restConfig = await apiserverWiring?.resolveApiserverConfig(config, options);
+  hooks.setupDone?.();
 
   if (!dryRun) {
     const { privilegedInit } = await import("./proxier/privileged_init.ts");
@@ -304,8 +319,7 @@ export async function runAgent(config: KubeProxyConfiguration, options: Edgeprox
     stopSource = () => src.stop();
     log.info(`reading Services, EndpointSlices and Node ${nodeName} from ${options.manifests}`);
   } else {
-    const { startApiserver } = await import("./proxier/apiserver_wiring.ts");
-    const starting = startApiserver(config, options, nodeName, store, apiStats);
+    const starting = apiserverWiring!.startApiserver(config, options, nodeName, store, apiStats, restConfig);
     starting.catch(() => {}); // a failure surfaces through the race below, unless shutdown came first
     // Setting up the connection can wait on things outside our control (an exec credential plugin that
     // does not answer): a shutdown must not wait for it.

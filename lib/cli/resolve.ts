@@ -18,6 +18,7 @@ import { appendPortIfNeeded } from "../config/defaults.ts";
 import { type FieldError, formatFieldError } from "../config/field_error.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
 import { configWarnings, validateConfig } from "../config/validate.ts";
+import { KubeconfigError } from "../k8s/kubeconfig_error.ts";
 import { type FlagDef, flagForConfigPath, FLAGS, type FlagState, newFlagState } from "./flags.ts";
 import { flagDisplayName, FlagError, parseArgv, parseGoBool } from "./pflag.ts";
 
@@ -31,7 +32,8 @@ export class UsageError extends Error {
 
 /** True for the errors whose message is meant for the operator as is (one line, exit code 1). */
 export function isUserError(e: unknown): e is Error {
-  return e instanceof FlagError || e instanceof ConfigError || e instanceof UsageError;
+  return e instanceof FlagError || e instanceof ConfigError || e instanceof UsageError ||
+    e instanceof KubeconfigError;
 }
 
 /** What to do. */

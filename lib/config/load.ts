@@ -16,6 +16,9 @@ import { type FieldError, fieldError, formatFieldError } from "./field_error.ts"
 import type { KubeProxyConfiguration, VModuleItem } from "./types.ts";
 import { validateConfig } from "./validate.ts";
 
+/** Bound on YAML alias expansion (the `yaml` package's default, made explicit): stops "billion laughs". */
+const MAX_ALIAS_COUNT = 100;
+
 /** A configuration file that cannot be used; `message` is the one line to print. */
 export class ConfigError extends Error {
   /** The file named by --config. */
@@ -345,9 +348,17 @@ function yamlProblem(e: YAMLParseError): FieldError {
 export function decodeConfig(text: string, file: string): KubeProxyConfiguration {
   let doc: unknown;
   try {
-    doc = parse(text);
+    doc = parse(text, { maxAliasCount: MAX_ALIAS_COUNT });
   } catch (e) {
     if (e instanceof YAMLParseError) throw new ConfigError(file, [yamlProblem(e)]);
+    // The yaml package signals a "billion laughs" document with a ReferenceError.
+    if (e instanceof ReferenceError && /alias count/i.test(e.message)) {
+      throw new ConfigError(file, [{
+        path: "document",
+        problem:
+          `too many YAML alias expansions (more than ${MAX_ALIAS_COUNT}): refusing a resource exhaustion attack`,
+      }]);
+    }
     throw e;
   }
   if (doc === null || doc === undefined) {

@@ -3,10 +3,16 @@
  * KUBERNETES_EXEC_INFO in its environment, read an ExecCredential from stdout, use its token or client
  * certificate, cache it until status.expirationTimestamp, and run the plugin again after a 401.
  * Non-interactive only (edgeproxy runs unattended): the plugin gets no stdin.
+ *
+ * Not client-node's ExecAuth: it spawns the plugin in our process group with no time limit and no way to
+ * stop it, so a plugin that hangs would hold startup, every request and shutdown. Here each run is bounded
+ * ({@link EXEC_TIMEOUT_MS}), runs in its own process group, and close() (shutdown) kills that group.
  */
-import { execFile } from "node:child_process";
+import { spawn } from "node:child_process";
+import process from "node:process";
 import { Buffer } from "node:buffer";
 import type { AuthMaterial, Credentials } from "./kubeconfig.ts";
+import { Backoff } from "./backoff.ts";
 
 /** The `exec` stanza of a kubeconfig user, with paths already resolved. */
 export interface ExecConfig {
@@ -28,12 +34,16 @@ export interface ExecClusterInfo {
   insecureSkipTlsVerify: boolean;
 }
 
-/** Runs a command; returns stdout or rejects with an Error carrying the stderr text. */
+/**
+ * Runs a command; returns stdout or rejects with an Error carrying the stderr text. `signal` aborts the
+ * run (the command and everything it started are killed).
+ */
 export type CommandRunner = (
   command: string,
   args: string[],
   env: Record<string, string>,
   timeoutMs: number,
+  signal: AbortSignal,
 ) => Promise<string>;
 
 /** Options of {@link ExecCredentialProvider}. */
@@ -43,11 +53,19 @@ export interface ExecCredentialOptions {
   fallback?: AuthMaterial;
   /** Clock in ms (tests). */
   now?: () => number;
-  /** Plugin run timeout (ms, default 60 000). */
+  /** Plugin run time limit (ms, default {@link EXEC_TIMEOUT_MS}); past it the plugin's process group is killed. */
   timeoutMs?: number;
-  /** Replaces node:child_process (tests). */
+  /** Wait after failed runs before the plugin runs again (default: 1 s doubling to 30 s). */
+  backoff?: Backoff;
+  /** Replaces {@link runCommand} (tests). */
   runner?: CommandRunner;
 }
+
+/**
+ * How long one plugin run may take. client-go has no limit; a plugin that never returns would then hold
+ * every request (and, before this bound, shutdown) forever. Real plugins answer in seconds.
+ */
+export const EXEC_TIMEOUT_MS = 30_000;
 
 /** A parsed ExecCredential response. */
 export interface ExecCredentialResult {
@@ -113,14 +131,20 @@ export function parseExecCredential(
   return { material, expiresAt };
 }
 
-/** Credentials from an exec plugin; the plugin runs at most once at a time. */
+/**
+ * Credentials from an exec plugin; the plugin runs at most once at a time, at most `timeoutMs` per run,
+ * and after a failure not again before a backoff delay (callers in that window get the last error at once).
+ */
 export class ExecCredentialProvider implements Credentials {
   readonly description: string;
   readonly #cfg: ExecConfig;
   readonly #opts: ExecCredentialOptions;
   readonly #now: () => number;
+  readonly #backoff: Backoff;
+  readonly #closing = new AbortController();
   #cached: ExecCredentialResult | null = null;
   #pending: Promise<AuthMaterial> | null = null;
+  #failure: { error: Error; retryAt: number } | null = null;
   /** How many times the plugin ran (tests, logs). */
   runs = 0;
 
@@ -129,15 +153,19 @@ export class ExecCredentialProvider implements Credentials {
     this.#cfg = cfg;
     this.#opts = opts;
     this.#now = opts.now ?? (() => Date.now());
+    this.#backoff = opts.backoff ?? new Backoff({ initialMs: 1_000, maxMs: 30_000, now: this.#now });
     this.description = `exec plugin ${cfg.command}`;
   }
 
   /** See {@link Credentials.get}. */
   get(): Promise<AuthMaterial> {
+    if (this.#closing.signal.aborted) return Promise.reject(this.#closedError());
     const c = this.#cached;
     if (c && (c.expiresAt === null || this.#now() < c.expiresAt)) {
       return Promise.resolve(this.#merge(c.material));
     }
+    const f = this.#failure;
+    if (!this.#pending && f && this.#now() < f.retryAt) return Promise.reject(f.error);
     this.#pending ??= this.#run().finally(() => (this.#pending = null));
     return this.#pending;
   }
@@ -145,6 +173,15 @@ export class ExecCredentialProvider implements Credentials {
   /** See {@link Credentials.invalidate}. */
   invalidate(): void {
     this.#cached = null;
+  }
+
+  /** See {@link Credentials.close}: kills a running plugin's process group; get() rejects from now on. */
+  close(): void {
+    this.#closing.abort(this.#closedError());
+  }
+
+  #closedError(): Error {
+    return new Error(`${this.#cfg.origin}: credentials closed (shutting down)`);
   }
 
   #merge(m: AuthMaterial): AuthMaterial {
@@ -166,44 +203,105 @@ export class ExecCredentialProvider implements Credentials {
     const env = { ...cfg.env, KUBERNETES_EXEC_INFO: info };
     const runner = this.#opts.runner ?? runCommand;
     this.runs++;
-    let stdout: string;
     try {
-      stdout = await runner(cfg.command, cfg.args, env, this.#opts.timeoutMs ?? 60_000);
+      let stdout: string;
+      try {
+        stdout = await runner(
+          cfg.command,
+          cfg.args,
+          env,
+          this.#opts.timeoutMs ?? EXEC_TIMEOUT_MS,
+          this.#closing.signal,
+        );
+      } catch (e) {
+        if (this.#closing.signal.aborted) throw this.#closedError();
+        const hint = cfg.installHint && (e as NodeJS.ErrnoException).code === "ENOENT"
+          ? `\n${cfg.installHint}`
+          : "";
+        throw new Error(`${cfg.origin}: running ${cfg.command}: ${(e as Error).message}${hint}`);
+      }
+      const res = parseExecCredential(stdout, cfg.apiVersion, cfg.origin);
+      this.#cached = res;
+      this.#failure = null;
+      this.#backoff.reset();
+      return this.#merge(res.material);
     } catch (e) {
-      const hint = cfg.installHint && (e as NodeJS.ErrnoException).code === "ENOENT"
-        ? `\n${cfg.installHint}`
-        : "";
-      throw new Error(`${cfg.origin}: running ${cfg.command}: ${(e as Error).message}${hint}`);
+      this.#failure = { error: e as Error, retryAt: this.#now() + this.#backoff.next() };
+      throw e;
     }
-    const res = parseExecCredential(stdout, cfg.apiVersion, cfg.origin);
-    this.#cached = res;
-    return this.#merge(res.material);
   }
 }
 
-/** Runs a plugin with node:child_process (works on Deno and Bun). */
-export const runCommand: CommandRunner = (command, args, env, timeoutMs) =>
+/** Process groups of plugins still running, killed when the process exits (no orphaned plugin). */
+const running = new Set<number>();
+let exitHookInstalled = false;
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, "SIGKILL");
+  } catch { /* already gone */ }
+}
+
+/**
+ * Runs a plugin with node:child_process (works on Deno and Bun) in its own process group, stdin closed.
+ * On timeout or abort the whole group is killed with SIGKILL (a plugin is often a shell script whose
+ * children would otherwise outlive it); stdout is capped at 4 MiB.
+ */
+export const runCommand: CommandRunner = (command, args, env, timeoutMs, signal) =>
   new Promise((resolve, reject) => {
-    const child = execFile(
-      command,
-      args,
-      { env: { ...process.env, ...env }, timeout: timeoutMs, maxBuffer: 4 << 20, encoding: "utf8" },
-      (err, stdout, stderr) => {
-        if (err) {
-          const e = err as NodeJS.ErrnoException & { killed?: boolean; code?: unknown };
-          const why = e.code === "ENOENT"
-            ? "command not found"
-            : e.killed
-            ? `timed out after ${timeoutMs} ms`
-            : typeof e.code === "number"
-            ? `exit status ${e.code}`
-            : e.message;
-          const errText = String(stderr ?? "").trim().split("\n").slice(-3).join(" | ");
-          const out = new Error(errText ? `${why}: ${errText}` : why) as NodeJS.ErrnoException;
-          if (e.code === "ENOENT") out.code = "ENOENT";
-          reject(out);
-        } else resolve(String(stdout));
-      },
-    );
-    child.stdin?.end();
+    if (signal.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    if (!exitHookInstalled) {
+      exitHookInstalled = true;
+      process.on("exit", () => running.forEach(killGroup));
+    }
+    const child = spawn(command, args, {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true, // setsid: the plugin and its children form a group we can kill as one
+    });
+    const pid = child.pid;
+    if (pid !== undefined) running.add(pid);
+    let why = "";
+    const stop = (reason: string) => {
+      if (!why) why = reason;
+      if (pid !== undefined) killGroup(pid);
+    };
+    const timer = setTimeout(() => stop(`timed out after ${timeoutMs} ms (process group killed)`), timeoutMs);
+    const onAbort = () => stop("aborted");
+    signal.addEventListener("abort", onAbort, { once: true });
+    const out: Uint8Array[] = [];
+    let outBytes = 0;
+    let errText = "";
+    child.stdout!.on("data", (b: Uint8Array) => {
+      outBytes += b.length;
+      if (outBytes > MAX_OUTPUT_BYTES) stop(`output larger than ${MAX_OUTPUT_BYTES} bytes`);
+      else out.push(b);
+    });
+    child.stderr!.on("data", (b: Uint8Array) => {
+      if (errText.length < 64 * 1024) errText += Buffer.from(b).toString("utf8");
+    });
+    let spawnError: NodeJS.ErrnoException | null = null;
+    child.on("error", (e: NodeJS.ErrnoException) => (spawnError = e));
+    child.on("close", (code: number | null, sig: string | null) => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
+      if (pid !== undefined) running.delete(pid);
+      const se = spawnError as NodeJS.ErrnoException | null;
+      if (se || why || code !== 0) {
+        const reason = se
+          ? (se.code === "ENOENT" ? "command not found" : se.message)
+          : why || (code !== null ? `exit status ${code}` : `killed by ${sig}`);
+        const tail = errText.trim().split("\n").slice(-3).join(" | ");
+        const e = new Error(tail ? `${reason}: ${tail}` : reason) as NodeJS.ErrnoException;
+        if (se?.code === "ENOENT") e.code = "ENOENT";
+        reject(e);
+        return;
+      }
+      resolve(Buffer.concat(out).toString("utf8"));
+    });
   });
+
+const MAX_OUTPUT_BYTES = 4 << 20;

@@ -1,8 +1,10 @@
 /**
- * Where the apiserver is and how to authenticate: kubeconfig files (kubectl's merge rules), in-cluster
- * service-account configuration, and the --master override. Our own small loader on the `yaml` package;
- * @kubernetes/client-node's KubeConfig is not used at runtime (its TLS and watch handling break on Deno and
- * Bun, see /work/shared/research/runtime.md §3).
+ * Where the apiserver is and how to authenticate: kubeconfig files, in-cluster service-account
+ * configuration and the --master override, resolved into a {@link RestConfig} for our own transport
+ * (lib/k8s/transport.ts). kubeconfig entries are parsed and checked by @kubernetes/client-node's entry
+ * parsers (newClusters, newUsers, newContexts) into its Cluster/User/Context model; its API clients and
+ * Watch are not used (on Deno they hang, on Bun they drop the TLS options), so only the resolved server,
+ * CA, client certificate, token and TLS flags leave this module.
  *
  * Precedence, as upstream kube-proxy (cmd/kube-proxy/app/server.go createClient) plus KUBECONFIG:
  * 1. an explicit kubeconfig path (--kubeconfig / clientConnection.kubeconfig), alone;
@@ -10,12 +12,33 @@
  * 3. else, with --master, that URL with no credentials;
  * 4. else in-cluster (KUBERNETES_SERVICE_HOST/PORT and the service-account token and CA).
  * --master overrides the server URL in every case.
+ *
+ * Where client-node differs from client-go, client-go wins (each place says why): KUBECONFIG merging,
+ * `tokenFile`, token-file rotation, certificate-*-data precedence, exec plugins.
+ * Every problem is a {@link KubeconfigError}: one line naming the file and the field.
  */
 import { readFile } from "node:fs/promises";
 import { dirname, isAbsolute, resolve } from "node:path";
+import process from "node:process";
 import { Buffer } from "node:buffer";
 import { parse as parseYaml } from "yaml";
+import { readFileSync } from "node:fs";
+import { isIPv6 } from "node:net";
+// Only the entry parsers: the package's root (KubeConfig, which pulls the generated API client, undici,
+// openid-client, socks and proxy agents) adds ~6 MiB of resident memory and ~4 MB of binary for the
+// agent's lifetime, for a loader that would otherwise be a find-by-name.
+import {
+  type Cluster,
+  type Context,
+  newClusters,
+  newContexts,
+  newUsers,
+  type User,
+} from "@kubernetes/client-node/dist/config_types.js";
 import { type ExecConfig, ExecCredentialProvider } from "./exec_credential.ts";
+import { KubeconfigError } from "./kubeconfig_error.ts";
+
+export { KubeconfigError };
 
 /** What one request needs to authenticate: a header value and/or a client certificate. */
 export interface AuthMaterial {
@@ -33,6 +56,11 @@ export interface Credentials {
   get(): Promise<AuthMaterial>;
   /** The apiserver answered 401: forget cached material so the next get() re-reads or re-runs. */
   invalidate(): void;
+  /**
+   * Shutdown: kill anything still running for these credentials (an exec plugin's process group); a
+   * pending and every later get() rejects. Optional: static credentials have nothing to stop.
+   */
+  close?(): void;
   /** What kind of credentials these are, for logs (never the secret itself). */
   readonly description: string;
 }
@@ -56,10 +84,13 @@ export interface LoadRestConfigOptions {
   kubeconfig?: string;
   /** --master ("" = not given). */
   master?: string;
-  /** Environment to read KUBECONFIG and KUBERNETES_SERVICE_* from (default: process.env). */
+  /**
+   * Environment to read KUBECONFIG from (default: process.env). The in-cluster variables are always read
+   * from process.env.
+   */
   env?: Record<string, string | undefined>;
-  /** Service-account directory (default /var/run/secrets/kubernetes.io/serviceaccount). */
-  serviceAccountDir?: string;
+  /** Prefix of the service-account mount path (default "": /var/run/secrets/kubernetes.io/serviceaccount). */
+  inClusterRoot?: string;
   /** How often token files are re-read (ms, default 60 000), so rotated bound tokens are picked up. */
   tokenRefreshMs?: number;
   /** Clock in ms (tests). */
@@ -69,7 +100,13 @@ export interface LoadRestConfigOptions {
 /** Default service-account mount. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/** Loads the apiserver connection following the precedence in this module's header. */
+/** Bound on YAML alias expansion in a kubeconfig (the `yaml` package's default, made explicit). */
+const MAX_ALIAS_COUNT = 100;
+
+/**
+ * Loads the apiserver connection following the precedence in this module's header.
+ * @throws KubeconfigError naming the file (or setting) and the field
+ */
 export async function loadRestConfig(opts: LoadRestConfigOptions = {}): Promise<RestConfig> {
   const env = opts.env ?? (process.env as Record<string, string | undefined>);
   const master = (opts.master ?? "").trim();
@@ -86,7 +123,7 @@ export async function loadRestConfig(opts: LoadRestConfigOptions = {}): Promise<
     cfg = await inClusterConfig(opts);
   }
   if (master) {
-    cfg.server = normalizeServer(master, "--master");
+    cfg.server = normalizeServer(master, "--master", "");
     if (cfg.source !== "--master") cfg.source += " with --master";
   }
   return cfg;
@@ -95,92 +132,116 @@ export async function loadRestConfig(opts: LoadRestConfigOptions = {}): Promise<
 // ---------------------------------------------------------------------------------------------------------
 // kubeconfig files
 
-interface Named<T> {
-  name: string;
-  value: T;
-  /** Which file and list index defined it, for error messages. */
+/** Where a merged entry came from, for messages: its file and its field ("clusters[0].cluster"). */
+interface Origin {
   file: string;
   field: string;
 }
 
-/** The merged content of one or more kubeconfig files (only the parts edgeproxy uses). */
+/** The merged kubeconfig: client-node's model plus what client-node drops. */
 export interface MergedKubeconfig {
   files: string[];
+  /** client-node's entries, merged; current-context from the first file that sets it. */
   currentContext: string;
+  clusterList: Cluster[];
+  userList: User[];
+  contextList: Context[];
   /** The file that set current-context. */
   currentContextFile: string;
-  clusters: Map<string, Named<Record<string, unknown>>>;
-  users: Map<string, Named<Record<string, unknown>>>;
-  contexts: Map<string, Named<Record<string, unknown>>>;
-}
-
-/** A kubeconfig problem: names the file and the field. */
-export class KubeconfigError extends Error {
-  constructor(file: string, field: string, problem: string) {
-    super(field ? `kubeconfig ${file}: ${field}: ${problem}` : `kubeconfig ${file}: ${problem}`);
-    this.name = "KubeconfigError";
-  }
+  clusters: Map<string, Origin>;
+  users: Map<string, Origin & { tokenFile?: string }>;
+  contexts: Map<string, Origin>;
 }
 
 /**
- * Parses and merges kubeconfig texts with kubectl's rules: for clusters, users and contexts the first file
- * defining a name wins; current-context comes from the first file that sets it.
+ * Parses kubeconfig texts and merges them with kubectl's rules: for clusters, users and contexts the first
+ * file defining a name wins; current-context comes from the first file that sets it. (client-node's
+ * loadFromDefault/mergeConfig throws on a name defined twice, lets the last current-context win and fails
+ * on a missing KUBECONFIG entry, none of which kubectl does.) Each file is parsed with the `yaml` package
+ * (bounded alias expansion, line numbers in errors) and its entries modelled by client-node's parsers.
+ * Relative paths are resolved against the file that names them.
  */
 export function mergeKubeconfigs(docs: Array<{ file: string; text: string }>): MergedKubeconfig {
   const out: MergedKubeconfig = {
     files: docs.map((d) => d.file),
     currentContext: "",
+    clusterList: [],
+    userList: [],
+    contextList: [],
     currentContextFile: "",
     clusters: new Map(),
     users: new Map(),
     contexts: new Map(),
   };
+  const { clusterList: clusters, userList: users, contextList: contexts } = out;
   for (const { file, text } of docs) {
+    const where = `kubeconfig ${file}`;
     let doc: unknown;
     try {
-      doc = parseYaml(text);
+      doc = parseYaml(text, { maxAliasCount: MAX_ALIAS_COUNT });
     } catch (e) {
-      throw new KubeconfigError(file, "", `not valid YAML: ${(e as Error).message.split("\n")[0]}`);
+      throw new KubeconfigError(where, "", `not valid YAML: ${firstLine(e)}`);
     }
     if (doc === null || doc === undefined) continue; // an empty file is allowed, as in kubectl
-    if (!isRecord(doc)) throw new KubeconfigError(file, "", "not a YAML mapping");
+    if (!isRecord(doc)) throw new KubeconfigError(where, "", "not a YAML mapping");
     const cc = doc["current-context"];
     if (cc !== undefined && cc !== null && typeof cc !== "string") {
-      throw new KubeconfigError(file, "current-context", "must be a string");
+      throw new KubeconfigError(where, "current-context", "must be a string");
+    }
+    for (const list of ["clusters", "users", "contexts"]) {
+      const v = doc[list];
+      if (v === undefined || v === null) continue;
+      if (!Array.isArray(v)) throw new KubeconfigError(where, list, "must be a list");
+      v.forEach((e, i) => {
+        if (!isRecord(e)) throw new KubeconfigError(where, `${list}[${i}]`, "must be a mapping");
+      });
+    }
+    let one: { clusters: Cluster[]; users: User[]; contexts: Context[] };
+    try {
+      one = {
+        clusters: newClusters(doc.clusters),
+        users: newUsers(doc.users),
+        contexts: newContexts(doc.contexts),
+      };
+    } catch (e) {
+      // client-node's messages name the entry: "clusters[0].cluster.server is missing".
+      throw new KubeconfigError(where, "", firstLine(e));
+    }
+    // Relative paths are relative to the file that names them (client-node's makePathsAbsolute).
+    for (const c of one.clusters) if (c.caFile) c.caFile = resolveRelative(c.caFile, file);
+    for (const u of one.users) {
+      if (u.certFile) u.certFile = resolveRelative(u.certFile, file);
+      if (u.keyFile) u.keyFile = resolveRelative(u.keyFile, file);
     }
     if (!out.currentContext && cc) {
       out.currentContext = cc;
       out.currentContextFile = file;
     }
-    mergeList(file, doc, "clusters", "cluster", out.clusters);
-    mergeList(file, doc, "users", "user", out.users);
-    mergeList(file, doc, "contexts", "context", out.contexts);
+    const rawUsers = (doc.users ?? []) as Array<Record<string, unknown>>;
+    one.clusters.forEach((c, i) => {
+      if (out.clusters.has(c.name)) return;
+      out.clusters.set(c.name, { file, field: `clusters[${i}].cluster` });
+      clusters.push(c);
+    });
+    one.users.forEach((u, i) => {
+      if (out.users.has(u.name)) return;
+      const field = `users[${i}].user`;
+      const raw = rawUsers[i]?.user;
+      // client-go's `tokenFile`; client-node's User has no such field (it reads a `token-file` once).
+      const tf = isRecord(raw) ? raw.tokenFile : undefined;
+      if (tf !== undefined && tf !== null && typeof tf !== "string") {
+        throw new KubeconfigError(where, `${field}.tokenFile`, "must be a string");
+      }
+      out.users.set(u.name, { file, field, tokenFile: tf ? resolveRelative(tf, file) : undefined });
+      users.push(u);
+    });
+    one.contexts.forEach((c, i) => {
+      if (out.contexts.has(c.name)) return;
+      out.contexts.set(c.name, { file, field: `contexts[${i}].context` });
+      contexts.push(c);
+    });
   }
   return out;
-}
-
-function mergeList(
-  file: string,
-  doc: Record<string, unknown>,
-  list: string,
-  inner: string,
-  into: Map<string, Named<Record<string, unknown>>>,
-): void {
-  const v = doc[list];
-  if (v === undefined || v === null) return;
-  if (!Array.isArray(v)) throw new KubeconfigError(file, list, "must be a list");
-  v.forEach((entry, i) => {
-    const field = `${list}[${i}]`;
-    if (!isRecord(entry)) throw new KubeconfigError(file, field, "must be a mapping");
-    if (typeof entry.name !== "string" || entry.name === "") {
-      throw new KubeconfigError(file, `${field}.name`, "missing");
-    }
-    const value = entry[inner] ?? {};
-    if (!isRecord(value)) throw new KubeconfigError(file, `${field}.${inner}`, "must be a mapping");
-    if (!into.has(entry.name)) {
-      into.set(entry.name, { name: entry.name, value, file, field: `${field}.${inner}` });
-    }
-  });
 }
 
 async function restConfigFromKubeconfigFiles(
@@ -195,163 +256,187 @@ async function restConfigFromKubeconfigFiles(
     } catch (e) {
       // kubectl skips KUBECONFIG entries that do not exist; an explicit path must exist.
       if (!opts.requireAll && (e as NodeJS.ErrnoException).code === "ENOENT") continue;
-      throw new KubeconfigError(file, "", fileProblem(e));
+      throw new KubeconfigError(`kubeconfig ${file}`, "", fileProblem(e));
     }
   }
   if (docs.length === 0) {
-    throw new Error(`KUBECONFIG=${paths.join(":")}: none of these files exists`);
+    throw new KubeconfigError(`KUBECONFIG=${paths.join(":")}`, "", "none of these files exists");
   }
   return await restConfigFromMerged(mergeKubeconfigs(docs), opts);
 }
 
 /** Resolves the current context of a merged kubeconfig into a {@link RestConfig}. */
 export async function restConfigFromMerged(
-  kc: MergedKubeconfig,
+  m: MergedKubeconfig,
   opts: Pick<LoadRestConfigOptions, "tokenRefreshMs" | "now"> = {},
 ): Promise<RestConfig> {
-  const where = kc.files.join(":");
-  if (!kc.currentContext) throw new KubeconfigError(where, "current-context", "not set");
-  const ctx = kc.contexts.get(kc.currentContext);
+  const byName = <T extends { name: string }>(list: T[], name: string) =>
+    list.find((e) => e.name === name) ?? null;
+  const current = m.currentContext;
+  if (!current) throw new KubeconfigError(`kubeconfig ${m.files.join(":")}`, "current-context", "not set");
+  const ctx = byName(m.contextList, current);
   if (!ctx) {
     throw new KubeconfigError(
-      kc.currentContextFile,
+      `kubeconfig ${m.currentContextFile}`,
       "current-context",
-      `no context named "${kc.currentContext}"`,
+      `no context named "${current}"`,
     );
   }
-  const clusterName = ctx.value.cluster;
-  const userName = ctx.value.user;
-  if (typeof clusterName !== "string" || clusterName === "") {
-    throw new KubeconfigError(ctx.file, `${ctx.field}.cluster`, "missing");
-  }
-  const cluster = kc.clusters.get(clusterName);
+  const ctxAt = m.contexts.get(current)!;
+  const cluster = byName(m.clusterList, ctx.cluster);
   if (!cluster) {
-    throw new KubeconfigError(ctx.file, `${ctx.field}.cluster`, `no cluster named "${clusterName}"`);
+    throw new KubeconfigError(
+      `kubeconfig ${ctxAt.file}`,
+      `${ctxAt.field}.cluster`,
+      `no cluster named "${ctx.cluster}"`,
+    );
   }
-  let user: Named<Record<string, unknown>> | undefined;
-  if (userName !== undefined && userName !== null && userName !== "") {
-    if (typeof userName !== "string") {
-      throw new KubeconfigError(ctx.file, `${ctx.field}.user`, "must be a string");
+  let user: User | null = null;
+  if (ctx.user) {
+    user = byName(m.userList, ctx.user);
+    if (!user) {
+      throw new KubeconfigError(
+        `kubeconfig ${ctxAt.file}`,
+        `${ctxAt.field}.user`,
+        `no user named "${ctx.user}"`,
+      );
     }
-    user = kc.users.get(userName);
-    if (!user) throw new KubeconfigError(ctx.file, `${ctx.field}.user`, `no user named "${userName}"`);
   }
 
-  const c = cluster.value;
-  const cf = (f: string) => `${cluster.field}.${f}`;
-  const server = str(c, "server", cluster.file, cf("server"));
-  if (!server) throw new KubeconfigError(cluster.file, cf("server"), "missing");
-  for (const unsupported of ["proxy-url", "tls-server-name"]) {
-    if (c[unsupported]) {
-      throw new KubeconfigError(cluster.file, cf(unsupported), "not supported by edgeproxy");
-    }
+  const at = m.clusters.get(cluster.name)!;
+  const where = `kubeconfig ${at.file}`;
+  const cf = (f: string) => `${at.field}.${f}`;
+  // Our transport cannot honour these; silently ignoring them would connect somewhere else or fail TLS.
+  if (cluster.proxyUrl) throw new KubeconfigError(where, cf("proxy-url"), "not supported by edgeproxy");
+  if (cluster.tlsServerName) {
+    throw new KubeconfigError(where, cf("tls-server-name"), "not supported by edgeproxy");
   }
-  const caPem = await pemFromFileOrData(c, "certificate-authority", cluster.file, cluster.field);
-  const insecure = c["insecure-skip-tls-verify"];
-  if (insecure !== undefined && typeof insecure !== "boolean") {
-    throw new KubeconfigError(cluster.file, cf("insecure-skip-tls-verify"), "must be true or false");
+  const caPem = pem(where, cf("certificate-authority"), cluster.caFile, cluster.caData);
+  if (cluster.skipTLSVerify && caPem) {
+    // client-go refuses this pair (transport.TLSConfigFor), and so do we.
+    throw new KubeconfigError(
+      where,
+      cf("insecure-skip-tls-verify"),
+      "specifying a root certificates file with the insecure flag is not allowed",
+    );
   }
+  const server = normalizeServer(cluster.server, where, cf("server"));
   const credentials = user
-    ? await credentialsFromUser(user, { server, caPem, insecure: insecure === true }, opts)
+    ? await credentialsFromUser(user, m.users.get(user.name)!, {
+      server,
+      caPem,
+      insecure: cluster.skipTLSVerify,
+    }, opts)
     : noCredentials();
   return {
-    server: normalizeServer(server, `kubeconfig ${cluster.file}: ${cf("server")}`),
+    server,
     caPem,
-    insecureSkipTlsVerify: insecure === true,
+    insecureSkipTlsVerify: cluster.skipTLSVerify,
     credentials,
-    source: `kubeconfig ${where} (context ${kc.currentContext})`,
+    source: `kubeconfig ${m.files.join(":")} (context ${current})`,
   };
 }
 
 async function credentialsFromUser(
-  user: Named<Record<string, unknown>>,
+  user: User,
+  at: Origin & { tokenFile?: string },
   cluster: { server: string; caPem?: string; insecure: boolean },
   opts: Pick<LoadRestConfigOptions, "tokenRefreshMs" | "now">,
 ): Promise<Credentials> {
-  const u = user.value;
-  const file = user.file;
-  const f = (name: string) => `${user.field}.${name}`;
-  if (u["auth-provider"]) {
-    throw new KubeconfigError(file, f("auth-provider"), "legacy auth providers are not supported; use exec");
-  }
-  const certPem = await pemFromFileOrData(u, "client-certificate", file, user.field);
-  const keyPem = await pemFromFileOrData(u, "client-key", file, user.field);
+  const where = `kubeconfig ${at.file}`;
+  const f = (name: string) => `${at.field}.${name}`;
+  const certPem = pem(where, f("client-certificate"), user.certFile, user.certData);
+  const keyPem = pem(where, f("client-key"), user.keyFile, user.keyData);
   if (certPem && !keyPem) {
-    throw new KubeconfigError(file, f("client-key"), "missing (client-certificate is set)");
+    throw new KubeconfigError(where, f("client-key"), "missing (client-certificate is set)");
   }
   if (keyPem && !certPem) {
-    throw new KubeconfigError(file, f("client-certificate"), "missing (client-key is set)");
+    throw new KubeconfigError(where, f("client-certificate"), "missing (client-key is set)");
   }
-  const token = str(u, "token", file, f("token"));
-  const tokenFile = str(u, "tokenFile", file, f("tokenFile"));
-  const username = str(u, "username", file, f("username"));
-  const password = str(u, "password", file, f("password"));
-  const base = { certPem, keyPem };
+  if (user.impersonateUser) throw new KubeconfigError(where, f("as"), "not supported by edgeproxy");
+  const base: AuthMaterial = { certPem, keyPem };
 
-  if (u.exec !== undefined && u.exec !== null) {
-    const exec = parseExecConfig(u.exec, file, f("exec"));
-    return new ExecCredentialProvider(exec, {
+  if (user.exec !== undefined && user.exec !== null) {
+    // Our exec runner, not client-node's ExecAuth: that one spawns with no timeout, in our process group,
+    // with stdin open, and cannot be killed, so a hanging plugin would wedge startup and shutdown.
+    return new ExecCredentialProvider(parseExecConfig(user.exec, at.file, f("exec")), {
       cluster: { server: cluster.server, caPem: cluster.caPem, insecureSkipTlsVerify: cluster.insecure },
       fallback: base,
       now: opts.now,
     });
   }
-  if (token) return staticCredentials({ ...base, authorization: `Bearer ${token}` }, "bearer token");
-  if (tokenFile) {
-    const path = resolveRelative(tokenFile, file);
+  if (user.authProvider) {
+    // Legacy auth-providers: gcp and azure were removed from client-go (v1.26); oidc would need
+    // client-node's KubeConfig (openid-client), whose module graph alone costs ~4 MiB of resident memory
+    // and ~4 MB of binary even when unused. An exec plugin (e.g. kubelogin) does the same job.
+    const name = (user.authProvider as { name?: unknown }).name;
+    throw new KubeconfigError(
+      where,
+      f("auth-provider"),
+      `${JSON.stringify(name ?? "")}: legacy auth providers are not supported; use an exec plugin`,
+    );
+  }
+  if (user.token) {
+    return staticCredentials({ ...base, authorization: `Bearer ${user.token.trim()}` }, "bearer token");
+  }
+  if (at.tokenFile) {
+    // Our re-reader, not client-node's FileAuth: that one reads synchronously, loses the token when a
+    // rotation briefly leaves no file, and keeps the trailing newline.
     const src = new FileTokenCredentials(
-      path,
+      at.tokenFile,
       base,
       opts.tokenRefreshMs,
       opts.now,
-      `kubeconfig ${file}: ${f("tokenFile")}`,
+      `${where}: ${f("tokenFile")}`,
     );
     await src.get(); // fail now, naming the field, if the file is unreadable
     return src;
   }
-  if (username || password) {
-    const basic = Buffer.from(`${username ?? ""}:${password ?? ""}`).toString("base64");
+  if (user.username || user.password) {
+    const basic = Buffer.from(`${user.username ?? ""}:${user.password ?? ""}`).toString("base64");
     return staticCredentials({ ...base, authorization: `Basic ${basic}` }, "basic auth");
   }
   return staticCredentials(base, certPem ? "client certificate" : "none");
 }
 
 function parseExecConfig(v: unknown, file: string, field: string): ExecConfig {
-  if (!isRecord(v)) throw new KubeconfigError(file, field, "must be a mapping");
-  const command = str(v, "command", file, `${field}.command`);
-  if (!command) throw new KubeconfigError(file, `${field}.command`, "missing");
-  const apiVersion = str(v, "apiVersion", file, `${field}.apiVersion`) ?? "";
+  const where = `kubeconfig ${file}`;
+  if (!isRecord(v)) throw new KubeconfigError(where, field, "must be a mapping");
+  const s = (k: string) => str(v, k, where, `${field}.${k}`);
+  const command = s("command");
+  if (!command) throw new KubeconfigError(where, `${field}.command`, "missing");
+  const apiVersion = s("apiVersion") ?? "";
   if (
     apiVersion !== "client.authentication.k8s.io/v1" && apiVersion !== "client.authentication.k8s.io/v1beta1"
   ) {
     throw new KubeconfigError(
-      file,
+      where,
       `${field}.apiVersion`,
       `"${apiVersion}" is not supported (use client.authentication.k8s.io/v1 or v1beta1)`,
     );
   }
   const args = v.args ?? [];
   if (!Array.isArray(args) || args.some((a) => typeof a !== "string")) {
-    throw new KubeconfigError(file, `${field}.args`, "must be a list of strings");
+    throw new KubeconfigError(where, `${field}.args`, "must be a list of strings");
   }
   const env: Record<string, string> = {};
   const envList = v.env ?? [];
-  if (!Array.isArray(envList)) throw new KubeconfigError(file, `${field}.env`, "must be a list");
+  if (!Array.isArray(envList)) throw new KubeconfigError(where, `${field}.env`, "must be a list");
   envList.forEach((e, i) => {
     if (!isRecord(e) || typeof e.name !== "string" || typeof (e.value ?? "") !== "string") {
-      throw new KubeconfigError(file, `${field}.env[${i}]`, "must have string name and value");
+      throw new KubeconfigError(where, `${field}.env[${i}]`, "must have string name and value");
     }
     env[e.name] = String(e.value ?? "");
   });
-  const interactiveMode = str(v, "interactiveMode", file, `${field}.interactiveMode`);
-  if (interactiveMode === "Always") {
+  if (s("interactiveMode") === "Always") {
     throw new KubeconfigError(
-      file,
+      where,
       `${field}.interactiveMode`,
       "Always needs a terminal; edgeproxy runs unattended",
     );
   }
-  // A command with a slash is relative to the kubeconfig's directory; a bare name is looked up in PATH.
+  // client-go: a command with a slash is relative to the kubeconfig's directory; a bare name is looked up
+  // in PATH (client-node's makePathsAbsolute leaves exec commands alone).
   const cmd = command.includes("/") ? resolveRelative(command, file) : command;
   return {
     command: cmd,
@@ -359,50 +444,40 @@ function parseExecConfig(v: unknown, file: string, field: string): ExecConfig {
     env,
     apiVersion,
     provideClusterInfo: v.provideClusterInfo === true,
-    installHint: str(v, "installHint", file, `${field}.installHint`),
-    origin: `kubeconfig ${file}: ${field}`,
+    installHint: s("installHint"),
+    origin: `${where}: ${field}`,
   };
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // in-cluster
 
-/** The in-cluster configuration (rest.InClusterConfig): service host/port env and the SA token and CA. */
-export async function inClusterConfig(opts: LoadRestConfigOptions = {}): Promise<RestConfig> {
-  const env = opts.env ?? (process.env as Record<string, string | undefined>);
-  const host = env.KUBERNETES_SERVICE_HOST ?? "";
-  const port = env.KUBERNETES_SERVICE_PORT ?? "";
+/**
+ * The in-cluster configuration (rest.InClusterConfig): service host/port from process.env, the
+ * service-account token (re-read, see {@link FileTokenCredentials}) and CA.
+ */
+export async function inClusterConfig(
+  opts: Pick<LoadRestConfigOptions, "inClusterRoot" | "tokenRefreshMs" | "now"> = {},
+): Promise<RestConfig> {
+  const where = "in-cluster configuration";
+  const host = process.env.KUBERNETES_SERVICE_HOST ?? "";
+  const port = process.env.KUBERNETES_SERVICE_PORT ?? "";
   if (!host || !port) {
-    throw new Error(
-      "no apiserver configured: give --kubeconfig or --master, set KUBECONFIG, or run in a pod " +
+    throw new KubeconfigError(
+      "no apiserver configured",
+      "",
+      "give --kubeconfig or --master, set KUBECONFIG, or run in a pod " +
         "(in-cluster configuration needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)",
     );
   }
-  const dir = opts.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
-  const tokenPath = resolve(dir, "token");
-  const caPath = resolve(dir, "ca.crt");
-  let caPem: string | undefined;
-  try {
-    caPem = await readFile(caPath, "utf8");
-  } catch (e) {
-    // client-go continues without a CA (and fails TLS later); say so now instead.
-    throw new Error(`in-cluster configuration: ${caPath}: ${fileProblem(e)}`);
-  }
-  const credentials = new FileTokenCredentials(
-    tokenPath,
-    {},
-    opts.tokenRefreshMs,
-    opts.now,
-    "in-cluster token",
-  );
-  try {
-    await credentials.get();
-  } catch (e) {
-    throw new Error(`in-cluster configuration: ${(e as Error).message}`);
-  }
-  const h = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  const dir = `${opts.inClusterRoot ?? ""}${SERVICE_ACCOUNT_DIR}`;
+  const tokenPath = `${dir}/token`;
+  // client-go continues without a CA (and fails TLS later); say so now instead.
+  const caPem = pem(where, "", `${dir}/ca.crt`, undefined);
+  const credentials = new FileTokenCredentials(tokenPath, {}, opts.tokenRefreshMs, opts.now, where);
+  await credentials.get();
   return {
-    server: `https://${h}:${port}`,
+    server: `https://${isIPv6(host) ? `[${host}]` : host}:${port}`,
     caPem,
     insecureSkipTlsVerify: false,
     credentials,
@@ -467,7 +542,7 @@ export class FileTokenCredentials implements Credentials {
         const problem = e instanceof Error && e.message === "file is empty"
           ? "file is empty"
           : fileProblem(e);
-        throw new Error(`${this.#origin} (${this.#path}): ${problem}`);
+        throw new KubeconfigError(this.#origin, "", `${this.#path}: ${problem}`);
       }
       // keep the previous token; the next get() after refreshMs tries again
     }
@@ -488,10 +563,14 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function str(o: Record<string, unknown>, key: string, file: string, field: string): string | undefined {
+function firstLine(e: unknown): string {
+  return String((e as Error)?.message ?? e).split("\n")[0];
+}
+
+function str(o: Record<string, unknown>, key: string, where: string, field: string): string | undefined {
   const v = o[key];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string") throw new KubeconfigError(file, field, "must be a string");
+  if (typeof v !== "string") throw new KubeconfigError(where, field, "must be a string");
   return v;
 }
 
@@ -504,46 +583,46 @@ function fileProblem(e: unknown): string {
   if (code === "ENOENT") return "file not found";
   if (code === "EACCES" || code === "EPERM") return "permission denied";
   if (code === "EISDIR") return "is a directory";
-  return (e as Error)?.message ?? String(e);
+  return firstLine(e);
 }
 
-/** Reads `<key>` (a path, relative to the kubeconfig) or `<key>-data` (base64 PEM); -data wins. */
-async function pemFromFileOrData(
-  o: Record<string, unknown>,
-  key: string,
-  file: string,
-  prefix: string,
-): Promise<string | undefined> {
-  const dataField = `${prefix}.${key}-data`;
-  const data = str(o, `${key}-data`, file, dataField);
-  if (data) {
-    const pem = Buffer.from(data.replace(/\s+/g, ""), "base64").toString("utf8");
-    if (!pem.includes("-----BEGIN ")) throw new KubeconfigError(file, dataField, "not base64-encoded PEM");
-    return pem;
-  }
-  const path = str(o, key, file, `${prefix}.${key}`);
-  if (!path) return undefined;
-  const full = resolveRelative(path, file);
-  let pem: string;
+/**
+ * A PEM from `<field>-data` (base64) or the file `<field>` (already absolute): the data wins, as in
+ * client-go (client-node's bufferFromFileOrString prefers the file, so it gets one of them only).
+ */
+function pem(
+  where: string,
+  field: string,
+  file: string | undefined,
+  data: string | undefined,
+): string | undefined {
+  const dataField = field ? `${field}-data` : "";
+  let buf: Buffer | null;
   try {
-    pem = await readFile(full, "utf8");
+    buf = data ? Buffer.from(data.replace(/\s+/g, ""), "base64") : file ? readFileSync(file) : null;
   } catch (e) {
-    throw new KubeconfigError(file, `${prefix}.${key}`, `${fileProblem(e)} (${full})`);
+    throw new KubeconfigError(where, field, `${fileProblem(e)} (${file})`);
   }
-  if (!pem.includes("-----BEGIN ")) throw new KubeconfigError(file, `${prefix}.${key}`, `not PEM (${full})`);
-  return pem;
+  if (!buf) return undefined;
+  const text = buf.toString("utf8");
+  if (!text.includes("-----BEGIN ")) {
+    throw data
+      ? new KubeconfigError(where, dataField, "not base64-encoded PEM")
+      : new KubeconfigError(where, field, `not PEM (${file})`);
+  }
+  return text;
 }
 
-function normalizeServer(server: string, what: string): string {
+function normalizeServer(server: string, where: string, field: string): string {
   let url: URL;
   const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(server) ? server : `https://${server}`;
   try {
     url = new URL(withScheme);
   } catch {
-    throw new Error(`${what}: "${server}" is not a URL`);
+    throw new KubeconfigError(where, field, `"${server}" is not a URL`);
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") {
-    throw new Error(`${what}: "${server}": scheme must be https or http`);
+    throw new KubeconfigError(where, field, `"${server}": scheme must be https or http`);
   }
   return url.toString().replace(/\/+$/, "");
 }

@@ -1,108 +1,48 @@
 /**
- * The subset of Kubernetes API objects edgeproxy reads, as they arrive in JSON from the apiserver,
- * a manifest file or the state cache. Timestamps stay strings (RFC 3339), exactly as on the wire;
- * @kubernetes/client-node's generated types model them as Date, which raw JSON never is.
- * Every field is optional because nothing guarantees a peer sends it: validation happens in lib/model.
+ * The Kubernetes API objects edgeproxy reads, as they arrive in JSON from the apiserver, a manifest file or
+ * the state cache: @kubernetes/client-node's generated models (V1Service, V1EndpointSlice, V1Node) seen
+ * through {@link Wire}, because those models describe client-node's deserialised objects, not the wire:
+ * their timestamps are Date (raw JSON never is) and some fields are required that a peer may omit.
+ * Validation happens in lib/model.
  */
+import type {
+  DiscoveryV1EndpointPort,
+  V1Endpoint,
+  V1EndpointSlice,
+  V1Node,
+  V1ObjectMeta,
+  V1Service,
+  V1ServicePort,
+} from "@kubernetes/client-node";
+
+/**
+ * A client-node model as it arrives in JSON: every field optional (nothing guarantees a peer sends it),
+ * timestamps strings (client-node types them as Date, which raw JSON never is), string maps as they are,
+ * and a *bool may be null.
+ */
+export type Wire<T> = T extends Date ? string
+  : T extends boolean ? boolean | null
+  : T extends Array<infer U> ? Array<Wire<U>>
+  : T extends object ? (string extends keyof T ? T : { [K in keyof T]?: Wire<T[K]> })
+  : T;
 
 /** metadata of any object. */
-export interface ObjectMeta {
-  name?: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  deletionTimestamp?: string;
-  creationTimestamp?: string;
-}
-
-/** core/v1 ServicePort. */
-export interface ServicePortSpec {
-  name?: string;
-  protocol?: string;
-  port?: number;
-  targetPort?: number | string;
-  nodePort?: number;
-  appProtocol?: string;
-}
-
+export type ObjectMeta = Wire<V1ObjectMeta>;
 /** core/v1 Service. */
-export interface Service {
-  apiVersion?: string;
-  kind?: string;
-  metadata?: ObjectMeta;
-  spec?: {
-    type?: string;
-    clusterIP?: string;
-    clusterIPs?: string[];
-    ipFamilies?: string[];
-    ipFamilyPolicy?: string;
-    ports?: ServicePortSpec[];
-    selector?: Record<string, string>;
-    externalIPs?: string[];
-    externalName?: string;
-    loadBalancerIP?: string;
-    loadBalancerSourceRanges?: string[];
-    externalTrafficPolicy?: string;
-    internalTrafficPolicy?: string;
-    healthCheckNodePort?: number;
-    sessionAffinity?: string;
-    sessionAffinityConfig?: { clientIP?: { timeoutSeconds?: number } };
-    trafficDistribution?: string;
-  };
-  status?: {
-    loadBalancer?: {
-      ingress?: Array<{ ip?: string; hostname?: string; ipMode?: string }>;
-    };
-  };
-}
-
-/** discovery.k8s.io/v1 EndpointPort. */
-export interface EndpointPort {
-  name?: string;
-  protocol?: string;
-  port?: number;
-  appProtocol?: string;
-}
-
+export type Service = Wire<V1Service>;
+/** core/v1 ServicePort. */
+export type ServicePortSpec = Wire<V1ServicePort>;
 /** discovery.k8s.io/v1 Endpoint. */
-export interface Endpoint {
-  addresses?: string[];
-  conditions?: { ready?: boolean | null; serving?: boolean | null; terminating?: boolean | null };
-  hostname?: string;
-  nodeName?: string;
-  zone?: string;
-  hints?: { forZones?: Array<{ name?: string }>; forNodes?: Array<{ name?: string }> };
-  targetRef?: { kind?: string; namespace?: string; name?: string; uid?: string };
-}
-
-/** discovery.k8s.io/v1 EndpointSlice. */
-export interface EndpointSlice {
-  apiVersion?: string;
-  kind?: string;
-  metadata?: ObjectMeta;
-  addressType?: string;
+export type Endpoint = Wire<V1Endpoint>;
+/** discovery.k8s.io/v1 EndpointPort. */
+export type EndpointPort = Wire<DiscoveryV1EndpointPort>;
+/** discovery.k8s.io/v1 EndpointSlice; `endpoints` and `ports` have no omitempty in Go, so null arrives. */
+export type EndpointSlice = Omit<Wire<V1EndpointSlice>, "endpoints" | "ports"> & {
   endpoints?: Endpoint[] | null;
   ports?: EndpointPort[] | null;
-}
-
-/** core/v1 Node (the fields kube-proxy uses). */
-export interface Node {
-  apiVersion?: string;
-  kind?: string;
-  metadata?: ObjectMeta;
-  spec?: {
-    podCIDR?: string;
-    podCIDRs?: string[];
-    taints?: Array<{ key?: string; value?: string; effect?: string }>;
-    unschedulable?: boolean;
-  };
-  status?: {
-    addresses?: Array<{ type?: string; address?: string }>;
-  };
-}
+};
+/** core/v1 Node. */
+export type Node = Wire<V1Node>;
 
 /** A List response (`kind: ServiceList`, `List`, ...). */
 export interface ObjectList<T> {

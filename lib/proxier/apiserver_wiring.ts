@@ -1,10 +1,12 @@
 /**
  * Connects the agent to the apiserver: kubeconfig/in-cluster credentials, the rate-limited transport,
  * list/watch (or poll) of Services, EndpointSlices and the own Node, and the "Starting" event.
+ * Credentials are resolved first and apart ({@link resolveApiserverConfig}), so that the agent can refuse
+ * a broken kubeconfig before it touches the host.
  */
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
 import type { ProxyHandlers } from "../source/handlers.ts";
-import { loadRestConfig } from "../k8s/kubeconfig.ts";
+import { loadRestConfig, type RestConfig } from "../k8s/kubeconfig.ts";
 import { ApiTransport } from "../k8s/transport.ts";
 import type { ApiStats } from "../k8s/stats.ts";
 import { startApiserverSource } from "../source/apiserver.ts";
@@ -17,18 +19,30 @@ export interface ApiserverConnection {
   stop(): Promise<void>;
 }
 
-/** Loads credentials, starts the source and records the Starting event (best effort). */
+/**
+ * Resolves where the apiserver is and the credentials (kubeconfig, KUBECONFIG, --master, in-cluster).
+ * @throws KubeconfigError: one line naming the file and the problem
+ */
+export async function resolveApiserverConfig(
+  config: KubeProxyConfiguration,
+  options: EdgeproxyOptions,
+): Promise<RestConfig> {
+  return await loadRestConfig({ kubeconfig: config.clientConnection.kubeconfig, master: options.master });
+}
+
+/**
+ * Starts the source and records the Starting event (best effort). `restConfig` is what
+ * {@link resolveApiserverConfig} returned (resolved here when not given).
+ */
 export async function startApiserver(
   config: KubeProxyConfiguration,
   options: EdgeproxyOptions,
   nodeName: string,
   handlers: ProxyHandlers,
   stats: ApiStats,
+  resolved?: RestConfig,
 ): Promise<ApiserverConnection> {
-  const restConfig = await loadRestConfig({
-    kubeconfig: config.clientConnection.kubeconfig,
-    master: options.master,
-  });
+  const restConfig = resolved ?? await resolveApiserverConfig(config, options);
   log.info(`apiserver ${restConfig.server} (credentials from ${restConfig.source})`);
   const transport = new ApiTransport({
     config: restConfig,
@@ -50,6 +64,8 @@ export async function startApiserver(
   return {
     synced: source.synced,
     stop: async () => {
+      // First: a request waiting for an exec plugin that hangs must not hold the source's stop.
+      restConfig.credentials.close?.();
       await source.stop();
       transport.close();
     },

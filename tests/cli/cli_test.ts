@@ -5,8 +5,8 @@
  */
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -48,12 +48,21 @@ interface Run {
   stderr: string;
 }
 
-function run(v: Variant, args: string[], cwd: string): Promise<Run> {
+/** The environment the CLI runs with: ours without anything that would point it at an apiserver. */
+function cliEnv(extra: Record<string, string> = {}): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = { ...process.env, NO_COLOR: "1", ...extra };
+  for (const k of ["KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"]) {
+    if (!(k in extra)) delete env[k];
+  }
+  return env;
+}
+
+function run(v: Variant, args: string[], cwd: string, extraEnv: Record<string, string> = {}): Promise<Run> {
   return new Promise((done) => {
     execFile(
       v.cmd,
       [...v.prefix, ...args],
-      { cwd, timeout: 60_000, maxBuffer: 16 << 20, env: { ...process.env, NO_COLOR: "1" } },
+      { cwd, timeout: 60_000, maxBuffer: 16 << 20, env: cliEnv(extraEnv) },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === "number" ? err.code : 1) : 0;
         done({ code, stdout: String(stdout), stderr: String(stderr) });
@@ -172,6 +181,125 @@ for (const v of VARIANTS) {
       assert.deepEqual(errLines(q), [
         'invalid argument "fast" for "--kube-api-qps" flag: strconv.ParseFloat: parsing "fast": invalid syntax',
       ]);
+    });
+
+    it("apiserver setup errors: exit 1, one line naming the file and the problem, no internal error", {
+      timeout: 120_000,
+    }, async () => {
+      const ca = join(dir, "ca.crt");
+      writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n");
+      const kc = (name: string, text: string) => {
+        const p = join(dir, name);
+        writeFileSync(p, text);
+        return p;
+      };
+      const noContext = kc(
+        "kc-no-context",
+        "clusters: [{name: k, cluster: {server: https://127.0.0.1:6443}}]\n" +
+          "contexts: [{name: c, context: {cluster: k}}]\n",
+      );
+      const caInsecure = kc(
+        "kc-ca-insecure",
+        `current-context: c\nclusters: [{name: k, cluster: {server: https://127.0.0.1:6443, ` +
+          `certificate-authority: ${ca}, insecure-skip-tls-verify: true}}]\n` +
+          "contexts: [{name: c, context: {cluster: k}}]\n",
+      );
+      const bomb = join(dir, "bomb.yaml");
+      writeFileSync(
+        bomb,
+        HEAD + "a: &a [x, x, x, x, x, x, x, x, x]\n" +
+          ["b", "c", "d", "e", "f", "g"].map((n, i) =>
+            `${n}: &${n} [${Array(9).fill(`*${"abcdefg"[i]}`).join(", ")}]\n`
+          ).join(""),
+      );
+      const cases: Array<[string, string[], RegExp]> = [
+        [
+          "missing kubeconfig",
+          ["--kubeconfig", join(dir, "nope")],
+          new RegExp(`^kubeconfig ${join(dir, "nope")}: file not found$`),
+        ],
+        ["unreadable kubeconfig", ["--kubeconfig", dir], new RegExp(`^kubeconfig ${dir}: is a directory$`)],
+        [
+          "no current context",
+          ["--kubeconfig", noContext],
+          new RegExp(`^kubeconfig ${noContext}: current-context: not set$`),
+        ],
+        ["no apiserver configured", [], /^no apiserver configured: give --kubeconfig or --master/],
+        [
+          "YAML alias bomb in --config",
+          ["--config", bomb],
+          new RegExp(`^invalid config ${bomb}: document: too many YAML alias expansions`),
+        ],
+        [
+          "CA with insecure-skip-tls-verify",
+          ["--kubeconfig", caInsecure],
+          new RegExp(
+            `^kubeconfig ${caInsecure}: clusters\\[0\\]\\.cluster\\.insecure-skip-tls-verify: ` +
+              "specifying a root certificates file with the insecure flag is not allowed$",
+          ),
+        ],
+      ];
+      for (const [what, args, re] of cases) {
+        // --dry-run: the host is never touched even by a build that would get the order wrong.
+        const r = await run(v, ["--dry-run", "--hostname-override=n1", ...args], dir);
+        assert.equal(r.code, 1, `${what}: ${r.stderr}`);
+        assert.equal(r.stdout, "", what);
+        const lines = errLines(r);
+        assert.equal(lines.length, 1, `${what}: exactly one line, got:\n${r.stderr}`);
+        assert.match(lines[0], re, what);
+        assert.doesNotMatch(lines[0], /internal error/, what);
+      }
+    });
+
+    it("SIGTERM while an exec credential plugin hangs: exit 0 within 5 s, no plugin process left", {
+      timeout: 120_000,
+    }, async () => {
+      const pids = join(dir, "plugin.pids");
+      const plugin = join(dir, "hang-plugin.sh");
+      writeFileSync(plugin, `#!/bin/sh\nsleep 100000 &\necho "$$ $!" > "${pids}"\nwait\n`);
+      chmodSync(plugin, 0o755);
+      const kc = join(dir, "kc-exec");
+      writeFileSync(
+        kc,
+        "current-context: c\nclusters: [{name: k, cluster: {server: https://127.0.0.1:1}}]\n" +
+          "contexts: [{name: c, context: {cluster: k, user: u}}]\n" +
+          `users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ${plugin}}}}]\n`,
+      );
+      rmSync(pids, { force: true });
+      const child = spawn(v.cmd, [...v.prefix, "--dry-run", "--hostname-override=n1", "--kubeconfig", kc], {
+        cwd: dir,
+        env: cliEnv(),
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stderr = "";
+      child.stderr!.on("data", (b) => (stderr += String(b)));
+      child.stdout!.resume();
+      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+      let procs: number[] = [];
+      for (let i = 0; i < 600 && procs.length !== 2; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        const t = existsSync(pids) ? readFileSync(pids, "utf8").trim().split(" ") : [];
+        if (t.length === 2) procs = t.map(Number);
+      }
+      assert.equal(procs.length, 2, `the plugin never started:\n${stderr}`);
+      await new Promise((r) => setTimeout(r, 300)); // the agent is now waiting for the plugin
+      const t0 = Date.now();
+      process.kill(child.pid!, "SIGTERM");
+      const killer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      const code = await exited;
+      clearTimeout(killer);
+      const took = Date.now() - t0;
+      assert.equal(code, 0, `exit code after SIGTERM:\n${stderr}`);
+      assert.ok(took < 5_000, `exited ${took} ms after SIGTERM`);
+      const alive = (pid: number) => {
+        try {
+          const st = readFileSync(`/proc/${pid}/stat`, "utf8");
+          return !st.slice(st.lastIndexOf(")") + 2).startsWith("Z");
+        } catch {
+          return false;
+        }
+      };
+      for (const pid of procs) assert.ok(!alive(pid), `plugin process ${pid} still runs`);
     });
 
     it("a deprecated flag warns on stderr and still works", async () => {

@@ -227,6 +227,16 @@ const BAD: Array<[string, string, string]> = [
   ],
   ["empty document", "", "invalid config kp.yaml: document: empty, expected a KubeProxyConfiguration"],
   [
+    "YAML alias bomb (billion laughs)",
+    HEAD + ["a: &a [x, x, x, x, x, x, x, x, x]"].concat(
+      ["b", "c", "d", "e", "f", "g"].map((n, i) => {
+        const prev = "abcdefg"[i];
+        return `${n}: &${n} [${Array(9).fill(`*${prev}`).join(", ")}]`;
+      }),
+    ).join("\n") + "\n",
+    "invalid config kp.yaml: document: too many YAML alias expansions (more than 100): refusing a resource exhaustion attack",
+  ],
+  [
     "not a mapping",
     "- a\n- b\n",
     'invalid config kp.yaml: document: must be a KubeProxyConfiguration mapping (got ["a","b"])',

@@ -5,7 +5,13 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Buffer } from "node:buffer";
-import { FileTokenCredentials, loadRestConfig, mergeKubeconfigs } from "../../lib/k8s/kubeconfig.ts";
+import process from "node:process";
+import {
+  FileTokenCredentials,
+  loadRestConfig,
+  mergeKubeconfigs,
+  SERVICE_ACCOUNT_DIR,
+} from "../../lib/k8s/kubeconfig.ts";
 import { ExecCredentialProvider, parseExecCredential } from "../../lib/k8s/exec_credential.ts";
 
 const CA = "-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n";
@@ -77,8 +83,8 @@ contexts:
       { file: "y", text: "current-context: two\nusers: [{name: u, user: {token: t2}}, {name: v, user: {}}]" },
     ]);
     assert.equal(m.currentContext, "one");
-    assert.deepEqual(m.users.get("u")?.value, { token: "t1" });
-    assert.ok(m.users.has("v"));
+    assert.equal(m.userList.find((u) => u.name === "u")?.token, "t1");
+    assert.ok(m.userList.find((u) => u.name === "v"));
   });
 
   it("an explicit --kubeconfig is used alone and must exist; --master overrides the server", {
@@ -157,10 +163,25 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
         /contexts\[0\]\.context\.cluster: no cluster named "k"/,
       ],
       ["current-context: c", /current-context: no context named "c"/],
-      ["clusters: [{cluster: {server: x}}]", /clusters\[0\]\.name: missing/],
+      ["clusters: [{cluster: {server: x}}]", /clusters\[0\]\.name is missing/],
       [
         "current-context: c\nclusters: [{name: k, cluster: {}}]\ncontexts: [{name: c, context: {cluster: k}}]",
-        /clusters\[0\]\.cluster\.server: missing/,
+        /clusters\[0\]\.cluster\.server is missing/,
+      ],
+      [
+        `current-context: c\nclusters: [{name: k, cluster: {server: h, insecure-skip-tls-verify: true, certificate-authority-data: ${
+          b64(CA)
+        }}}]\ncontexts: [{name: c, context: {cluster: k}}]`,
+        /clusters\[0\]\.cluster\.insecure-skip-tls-verify: specifying a root certificates file with the insecure flag is not allowed/,
+      ],
+      [
+        "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]",
+        /contexts\[0\]\.context\.user: no user named "u"/,
+      ],
+      [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n" +
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]",
+        /not valid YAML: .*alias/i,
       ],
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h, certificate-authority-data: bm90IHBlbQ==}}]\n" +
@@ -170,7 +191,7 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
         "users: [{name: u, user: {auth-provider: {name: gcp}}}]",
-        /users\[0\]\.user\.auth-provider: legacy auth providers are not supported/,
+        /users\[0\]\.user\.auth-provider: "gcp": legacy auth providers are not supported; use an exec plugin/,
       ],
       [
         "current-context: c\nclusters: [{name: k, cluster: {server: h}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
@@ -218,18 +239,34 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 });
 
 describe("in-cluster configuration", () => {
+  /** Runs `f` with the in-cluster variables set (client-node's loadFromCluster reads process.env). */
+  async function withServiceEnv<T>(host: string | undefined, port: string | undefined, f: () => Promise<T>) {
+    const saved = [process.env.KUBERNETES_SERVICE_HOST, process.env.KUBERNETES_SERVICE_PORT];
+    const set = (k: string, v: string | undefined) =>
+      v === undefined ? delete process.env[k] : (process.env[k] = v);
+    set("KUBERNETES_SERVICE_HOST", host);
+    set("KUBERNETES_SERVICE_PORT", port);
+    try {
+      return await f();
+    } finally {
+      set("KUBERNETES_SERVICE_HOST", saved[0]);
+      set("KUBERNETES_SERVICE_PORT", saved[1]);
+    }
+  }
+
   it("uses KUBERNETES_SERVICE_HOST/PORT and the service-account dir, re-reading the token", {
     timeout: 30_000,
   }, async () => {
-    const sa = join(dir, "sa");
-    await file("sa/token", "sa-token-1");
-    await file("sa/ca.crt", CA);
+    const root = join(dir, "root");
+    const sa = join(root, SERVICE_ACCOUNT_DIR);
+    await file(`root${SERVICE_ACCOUNT_DIR}/token`, "sa-token-1");
+    await file(`root${SERVICE_ACCOUNT_DIR}/ca.crt`, CA);
     let now = 0;
-    const cfg = await loadRestConfig({
-      env: { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" },
-      serviceAccountDir: sa,
-      now: () => now,
-    });
+    const cfg = await withServiceEnv(
+      "fd00::1",
+      "443",
+      () => loadRestConfig({ env: {}, inClusterRoot: root, now: () => now }),
+    );
     assert.equal(cfg.server, "https://[fd00::1]:443");
     assert.equal(cfg.caPem, CA);
     assert.equal((await cfg.credentials.get()).authorization, "Bearer sa-token-1");
@@ -237,19 +274,26 @@ describe("in-cluster configuration", () => {
     now = 61_000;
     assert.equal((await cfg.credentials.get()).authorization, "Bearer sa-token-2");
 
-    const v4 = await loadRestConfig({
-      env: { KUBERNETES_SERVICE_HOST: "10.96.0.1", KUBERNETES_SERVICE_PORT: "443" },
-      serviceAccountDir: sa,
-    });
-    assert.equal(v4.server, "https://10.96.0.1:443");
-    await assert.rejects(loadRestConfig({ env: {}, serviceAccountDir: sa }), /KUBERNETES_SERVICE_HOST/);
-    await assert.rejects(
-      loadRestConfig({
-        env: { KUBERNETES_SERVICE_HOST: "h", KUBERNETES_SERVICE_PORT: "1" },
-        serviceAccountDir: join(dir, "nosa"),
-      }),
-      /in-cluster configuration: .*nosa\/ca.crt: file not found/,
+    const v4 = await withServiceEnv(
+      "10.96.0.1",
+      "8080",
+      () => loadRestConfig({ env: {}, inClusterRoot: root }),
     );
+    assert.equal(v4.server, "https://10.96.0.1:8080", "always https, as client-go");
+    await withServiceEnv(undefined, undefined, () =>
+      assert.rejects(
+        loadRestConfig({ env: {}, inClusterRoot: root }),
+        (e: Error) => {
+          assert.match(e.message, /^no apiserver configured: .*KUBERNETES_SERVICE_HOST/);
+          assert.equal(e.name, "KubeconfigError");
+          return true;
+        },
+      ));
+    await withServiceEnv("h", "1", () =>
+      assert.rejects(
+        loadRestConfig({ env: {}, inClusterRoot: join(dir, "nosa") }),
+        /in-cluster configuration: file not found \(.*nosa\/var\/run\/secrets\/kubernetes.io\/serviceaccount\/ca.crt\)/,
+      ));
   });
 });
 
@@ -372,6 +416,89 @@ users:
       );
     },
   );
+
+  /** True when no live process has this pid (a zombie waiting for its reaper counts as gone). */
+  async function gone(pid: number): Promise<boolean> {
+    try {
+      const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+    } catch {
+      return true;
+    }
+  }
+
+  async function hangingPlugin(name: string): Promise<{ command: string; pids: string }> {
+    const pids = join(dir, `${name}.pids`);
+    const command = await file(
+      `plugins/${name}`,
+      `#!/bin/sh\nsleep 1000 &\necho "$$ $!" > "${pids}"\nwait\n`,
+    );
+    await chmod(command, 0o755);
+    return { command, pids };
+  }
+
+  async function pidsOf(path: string): Promise<number[]> {
+    for (let i = 0; i < 200; i++) {
+      const text = await readFile(path, "utf8").catch(() => "");
+      if (text.trim().split(" ").length === 2) return text.trim().split(" ").map(Number);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error(`${path}: plugin did not start`);
+  }
+
+  const execConfig = (command: string) => ({
+    command,
+    args: [],
+    env: {},
+    apiVersion: "client.authentication.k8s.io/v1",
+    provideClusterInfo: false,
+    origin: "kubeconfig /k: users[0].user.exec",
+  });
+
+  it("kills the process group of a plugin that exceeds its time limit, then backs off", {
+    timeout: 30_000,
+  }, async () => {
+    const { command, pids } = await hangingPlugin("hang-timeout.sh");
+    let now = 1_000_000;
+    const prov = new ExecCredentialProvider(execConfig(command), {
+      cluster: { server: "https://h", insecureSkipTlsVerify: false },
+      timeoutMs: 500,
+      now: () => now,
+    });
+    const t0 = Date.now();
+    await assert.rejects(
+      prov.get(),
+      /running .*hang-timeout\.sh: timed out after 500 ms \(process group killed\)/,
+    );
+    assert.ok(Date.now() - t0 < 5_000, "bounded by the time limit");
+    for (const pid of await pidsOf(pids)) assert.ok(await gone(pid), `plugin process ${pid} is gone`);
+    await assert.rejects(prov.get(), /timed out/, "within the backoff: the last error, no new run");
+    assert.equal(prov.runs, 1);
+    now += 2_001; // past the first backoff step (1 s, up to 2 s with jitter)
+    await rm(pids);
+    await assert.rejects(prov.get(), /timed out/);
+    assert.equal(prov.runs, 2, "after the backoff the plugin runs again");
+  });
+
+  it("close() kills a hanging plugin's process group and fails the waiting request at once", {
+    timeout: 30_000,
+  }, async () => {
+    const { command, pids } = await hangingPlugin("hang-close.sh");
+    const prov = new ExecCredentialProvider(execConfig(command), {
+      cluster: { server: "https://h", insecureSkipTlsVerify: false },
+    });
+    const waiting = prov.get();
+    const procs = await pidsOf(pids);
+    const t0 = Date.now();
+    prov.close();
+    await assert.rejects(waiting, /credentials closed \(shutting down\)/);
+    assert.ok(Date.now() - t0 < 2_000);
+    for (const pid of procs) {
+      for (let i = 0; i < 50 && !(await gone(pid)); i++) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(await gone(pid), `plugin process ${pid} is gone`);
+    }
+    await assert.rejects(prov.get(), /credentials closed/);
+  });
 
   it("validates ExecCredential output", () => {
     const v1 = "client.authentication.k8s.io/v1";
