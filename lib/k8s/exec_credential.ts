@@ -8,11 +8,11 @@
  * stop it, so a plugin that hangs would hold startup, every request and shutdown. Here each run is bounded
  * ({@link EXEC_TIMEOUT_MS}), runs in its own process group, and close() (shutdown) kills that group.
  */
-import { spawn } from "node:child_process";
 import process from "node:process";
 import { Buffer } from "node:buffer";
 import type { AuthMaterial, Credentials } from "./kubeconfig.ts";
 import { Backoff } from "./backoff.ts";
+import { killProcessGroup, spawnInProcessGroup } from "../runtime/process_groups.ts";
 
 /** The `exec` stanza of a kubeconfig user, with paths already resolved. */
 export interface ExecConfig {
@@ -232,16 +232,6 @@ export class ExecCredentialProvider implements Credentials {
   }
 }
 
-/** Process groups of plugins still running, killed when the process exits (no orphaned plugin). */
-const running = new Set<number>();
-let exitHookInstalled = false;
-
-function killGroup(pid: number): void {
-  try {
-    process.kill(-pid, "SIGKILL");
-  } catch { /* already gone */ }
-}
-
 /**
  * Runs a plugin with node:child_process (works on Deno and Bun) in its own process group, stdin closed.
  * On timeout or abort the whole group is killed with SIGKILL (a plugin is often a shell script whose
@@ -253,21 +243,14 @@ export const runCommand: CommandRunner = (command, args, env, timeoutMs, signal)
       reject(signal.reason);
       return;
     }
-    if (!exitHookInstalled) {
-      exitHookInstalled = true;
-      process.on("exit", () => running.forEach(killGroup));
-    }
-    const child = spawn(command, args, {
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true, // setsid: the plugin and its children form a group we can kill as one
-    });
-    const pid = child.pid;
-    if (pid !== undefined) running.add(pid);
+    // setsid: the plugin and its children form one group, killed as one (also at shutdown and exit).
+    const child = spawnInProcessGroup(command, args, { env: { ...process.env, ...env } });
+    child.stdin.on("error", () => {}); // a plugin that exits at once may close its end first
+    child.stdin.end();
     let why = "";
     const stop = (reason: string) => {
       if (!why) why = reason;
-      if (pid !== undefined) killGroup(pid);
+      killProcessGroup(child);
     };
     const timer = setTimeout(() => stop(`timed out after ${timeoutMs} ms (process group killed)`), timeoutMs);
     const onAbort = () => stop("aborted");
@@ -288,7 +271,6 @@ export const runCommand: CommandRunner = (command, args, env, timeoutMs, signal)
     child.on("close", (code: number | null, sig: string | null) => {
       clearTimeout(timer);
       signal.removeEventListener("abort", onAbort);
-      if (pid !== undefined) running.delete(pid);
       const se = spawnError as NodeJS.ErrnoException | null;
       if (se || why || code !== 0) {
         const reason = se

@@ -15,6 +15,7 @@ import process from "node:process";
 
 /** Running children, and whether each leads its own process group. */
 const live = new Map<ChildProcess, boolean>();
+let exitHookInstalled = false;
 
 /**
  * Tracks `child` until it exits, so that `killProcessGroups` ends it: its whole process group when
@@ -22,6 +23,11 @@ const live = new Map<ChildProcess, boolean>();
  */
 export function trackChildProcess(child: ChildProcess, leadsGroup = false): ChildProcess {
   if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return child;
+  if (!exitHookInstalled) {
+    // However the process ends (a fatal error included), no tracked group outlives it.
+    exitHookInstalled = true;
+    process.on("exit", () => killProcessGroups());
+  }
   live.set(child, leadsGroup);
   child.once("exit", () => live.delete(child));
   child.once("error", () => live.delete(child));
