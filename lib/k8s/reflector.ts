@@ -492,6 +492,7 @@ export class Reflector<T extends KubeObject> {
     this.#watches++;
 
     const ctl = new AbortController();
+    if (stopSignal.aborted) return { kind: "stopped" }; // stop() during the list: its event already fired
     const onStop = () => ctl.abort(stopSignal.reason);
     stopSignal.addEventListener("abort", onStop, { once: true });
     let stalled = false;
