@@ -23,6 +23,7 @@ import {
   type ResourceEventHandler,
   SERVICES_RESOURCE,
 } from "../../lib/k8s/reflector.ts";
+import { Poller } from "../../lib/k8s/poller.ts";
 import { type KubeObject, objectKey } from "../../lib/source/store.ts";
 
 /** A backoff this long never ends within a test: a reconnect that happens went around it. */
@@ -308,6 +309,46 @@ describe("reflector: size limits", () => {
       );
     } finally {
       await h.stop();
+    }
+  });
+
+  it("--api-mode=poll: a page over the limit fails that round with the same error, the next round works", {
+    timeout: 60_000,
+  }, async () => {
+    const dir = await mkdtemp(join(tmpdir(), "edgeproxy-resume-"));
+    const srv = await startTestApiserver({ bookmarkIntervalMs: 0 });
+    const kc = join(dir, "kubeconfig");
+    await srv.writeKubeconfig(kc);
+    const log = captureLog();
+    const transport = new ApiTransport({
+      config: await loadRestConfig({ kubeconfig: kc, env: {} }),
+      qps: -1,
+      log,
+    });
+    srv.create("services", svc("a"));
+    srv.faults.oversizeNextList(2 * 1024 * 1024);
+    const rec = new Rec();
+    const p = new Poller<KubeObject>({
+      transport,
+      spec: SERVICES_RESOURCE,
+      handler: rec,
+      intervalMs: 60_000,
+      timings: { backoff: { initialMs: 50, maxMs: 200, jitter: 0 }, maxMessageBytes: 1024 * 1024 },
+      log,
+    });
+    p.start();
+    try {
+      await p.synced;
+      assert.deepEqual([...rec.keys], ["default/a"]);
+      assert.deepEqual(log.lines.filter((l) => l.startsWith("W ")), [
+        "W poll services failed: GET services (list): response body is larger than the limit of 1 MiB; " +
+        "dropped it; retrying in 50ms",
+      ]);
+    } finally {
+      await p.stop();
+      transport.close();
+      await srv.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });
