@@ -473,7 +473,14 @@ class TestApiserverImpl implements TestApiserver {
         f.unauthCode = code;
       },
       clear: () => {
-        Object.assign(f, { failN: 0, unauthN: 0, slowMs: 0, garbage: false, truncate: false, oversizeList: 0 });
+        Object.assign(f, {
+          failN: 0,
+          unauthN: 0,
+          slowMs: 0,
+          garbage: false,
+          truncate: false,
+          oversizeList: 0,
+        });
         f.gone.clear();
         f.endless.clear();
         for (const res of this.#endless) res.destroy();
