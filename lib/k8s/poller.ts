@@ -2,7 +2,8 @@
  * `--api-mode=poll`: a complete paginated LIST every pollInterval instead of a watch, diffed into the same
  * store as the reflector's, so handlers see the same add/update/delete events (just later). For sites where
  * long-lived watch connections do not survive (proxies, NAT timeouts, flaky links). Errors back off like
- * the reflector's; after a success the next round waits the full interval.
+ * the reflector's; after a success the next round waits the full interval. A page body over
+ * MAX_API_MESSAGE_BYTES (lib/k8s/bounded_read.ts) fails the round, like any other error.
  */
 import { sleep } from "./backoff.ts";
 import {
@@ -23,8 +24,8 @@ export interface PollerOptions<T extends KubeObject> {
   handler: ResourceEventHandler<T>;
   /** Time between the end of one successful LIST and the start of the next (ms). */
   intervalMs: number;
-  /** backoff, maxRetryAfterMs and pageSize are used. */
-  timings?: Pick<ReflectorTimings, "backoff" | "maxRetryAfterMs" | "pageSize">;
+  /** backoff, maxRetryAfterMs, pageSize and maxMessageBytes are used. */
+  timings?: Pick<ReflectorTimings, "backoff" | "maxRetryAfterMs" | "pageSize" | "maxMessageBytes">;
   log?: Logger;
   stats?: ApiStats;
   store?: ObjectStore<T>;
@@ -37,6 +38,7 @@ export class Poller<T extends KubeObject> {
   readonly #spec: ResourceSpec;
   readonly #intervalMs: number;
   readonly #pageSize: number;
+  readonly #maxPageBytes: number | undefined;
   readonly #log: Logger;
   readonly #stats: ApiStats | undefined;
   readonly #failures: FailureTracker;
@@ -51,6 +53,7 @@ export class Poller<T extends KubeObject> {
     this.#spec = opts.spec;
     this.#intervalMs = opts.intervalMs;
     this.#pageSize = opts.timings?.pageSize ?? 500;
+    this.#maxPageBytes = opts.timings?.maxMessageBytes;
     this.#log = opts.log ?? opts.transport.log ?? silentLogger;
     this.#stats = opts.stats ?? opts.transport.stats;
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
@@ -93,6 +96,7 @@ export class Poller<T extends KubeObject> {
           labelSelector: this.#spec.labelSelector,
           fieldSelector: this.#spec.fieldSelector,
           limit: this.#pageSize,
+          maxPageBytes: this.#maxPageBytes,
           signal,
           log: this.#log,
         });

@@ -3,17 +3,24 @@
  * - a paginated LIST at the latest resourceVersion, diffed against the store (adds, updates, deletes; the
  *   first list ends with `onSynced`);
  * - a WATCH from the list's resourceVersion with allowWatchBookmarks and timeoutSeconds in [300, 600);
- * - after a disconnect or a server-side timeout, a new watch from the last resourceVersion seen (events and
- *   bookmarks); after 410 Gone (HTTP or an ERROR event), a new LIST whose diff delivers exactly what changed
- *   while away;
- * - exponential backoff with jitter (800 ms → 30 s, reset after 2 min without failures) for errors, 429
- *   (with Retry-After), 5xx and refused connections; 401/403 logged once per streak;
+ * - a watch that was established and then ended (server-side timeout, EOF, connection reset or any other
+ *   broken stream, the watchdog) after it ran at least 1 s or delivered something is resumed at once from
+ *   the last resourceVersion seen (events and bookmarks): no backoff, no relist, and the backoff starts
+ *   over. A flaky link that drops the connection every few seconds costs one round trip per drop;
+ * - after 410 Gone (HTTP 410, or an ERROR event with code 410 inside a 200 stream), a new LIST at once
+ *   whose diff delivers exactly what changed while away;
+ * - exponential backoff with jitter (800 ms → 30 s, reset after 2 min without failures) only for attempts
+ *   that fail: connect errors, 5xx, 429 (at least its Retry-After), 401/403 (logged once per streak),
+ *   ERROR events, a line or page over {@link MAX_API_MESSAGE_BYTES}, and "very short watches" (ended
+ *   within 1 s with nothing received);
  * - a watchdog that aborts a watch silent for longer than its timeout plus a margin;
  * - malformed objects are logged with the resource and skipped; a garbled line (not a watch event at
- *   all) is logged and the watch resumes from the last good resourceVersion, so its event is not lost.
+ *   all) is logged and the watch resumes from the last good resourceVersion, so its event is not lost;
+ * - the stream is split into lines by {@link LineSplitter}: linear in the bytes received, bounded per line.
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { Backoff, type BackoffOptions, sleep } from "./backoff.ts";
+import { LineSplitter, MAX_API_MESSAGE_BYTES, MessageTooLargeError } from "./bounded_read.ts";
 import { type EndpointSlice, type Node, PROXY_LABEL_SELECTOR, type Service, type Status } from "./objects.ts";
 import type { ApiStats } from "./stats.ts";
 import {
@@ -209,6 +216,8 @@ export interface ReflectorTimings {
   maxRetryAfterMs?: number;
   /** LIST page size (default 500). */
   pageSize?: number;
+  /** Largest watch event line and LIST page body (bytes, default {@link MAX_API_MESSAGE_BYTES}). */
+  maxMessageBytes?: number;
   /** Random source for timeoutSeconds (tests). */
   random?: () => number;
 }
@@ -224,13 +233,17 @@ export interface ReflectorOptions<T extends KubeObject> {
   store?: ObjectStore<T>;
 }
 
+/** Decodes one watch line (a line is complete UTF-8: "\n" never occurs inside a character). */
+const LINE_DECODER = new TextDecoder();
+
 /** Pause before resuming a watch that delivered a garbled line. */
 const GARBLED_RESUME_MS = 500;
 /** A second garbled line within this window counts as a failure (backoff). */
 const GARBLED_REPEAT_MS = 10_000;
 
 type WatchOutcome =
-  | { kind: "closed" }
+  /** Established, then ended (server timeout, EOF, broken connection, watchdog); `why` says how. */
+  | { kind: "ended"; why: string; lastedMs: number; received: number; quiet: boolean }
   | { kind: "garbled"; error: Error }
   | { kind: "expired"; why: string }
   | { kind: "error"; error: unknown }
@@ -331,6 +344,7 @@ export class Reflector<T extends KubeObject> {
       shortWatchMs: t.shortWatchMs ?? 1000,
       maxRetryAfterMs: t.maxRetryAfterMs ?? 60_000,
       pageSize: t.pageSize ?? 500,
+      maxMessageBytes: t.maxMessageBytes ?? MAX_API_MESSAGE_BYTES,
       random: t.random ?? Math.random,
     };
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
@@ -390,8 +404,26 @@ export class Reflector<T extends KubeObject> {
       switch (out.kind) {
         case "stopped":
           return;
-        case "closed":
-          break; // the server ended the watch (timeoutSeconds): resume at once from the last resourceVersion
+        case "ended":
+          if (out.received === 0 && out.lastedMs < this.#timings.shortWatchMs) {
+            // client-go's "very short watch": the server accepts watches and ends them at once; back off.
+            await this.#failures.fail(
+              "watch",
+              new Error(
+                `${out.why}; very short watch: it lasted ${out.lastedMs} ms and delivered nothing`,
+              ),
+              signal,
+            );
+          } else {
+            // An established watch that ended is not a failure: resume at once from the last
+            // resourceVersion, and forget earlier failures (the apiserver works).
+            this.#failures.backoff.reset();
+            const msg = `watch ${this.#spec.resource}: ${out.why} after ${out.lastedMs} ms and ` +
+              `${out.received} events; resuming from resourceVersion ${this.#rv}`;
+            if (out.quiet) this.#log.debug(msg);
+            else this.#log.info(msg);
+          }
+          break;
         case "garbled":
           // A garbled line is not the apiserver failing: resume soon, without the failure backoff, unless
           // garbage keeps coming (then it is treated as a failure and backs off).
@@ -436,6 +468,7 @@ export class Reflector<T extends KubeObject> {
       labelSelector: this.#spec.labelSelector,
       fieldSelector: this.#spec.fieldSelector,
       limit: this.#timings.pageSize,
+      maxPageBytes: this.#timings.maxMessageBytes,
       signal,
       log: this.#log,
     });
@@ -459,6 +492,7 @@ export class Reflector<T extends KubeObject> {
     this.#watches++;
 
     const ctl = new AbortController();
+    if (stopSignal.aborted) return { kind: "stopped" }; // stop() during the list: its event already fired
     const onStop = () => ctl.abort(stopSignal.reason);
     stopSignal.addEventListener("abort", onStop, { once: true });
     let stalled = false;
@@ -473,7 +507,15 @@ export class Reflector<T extends KubeObject> {
     kick();
     const started = Date.now();
     let received = 0;
+    let established = false;
     let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    const ended = (why: string, quiet = false): WatchOutcome => ({
+      kind: "ended",
+      why,
+      lastedMs: Date.now() - started,
+      received,
+      quiet,
+    });
     try {
       const res = await this.#t.openWatch({
         path: this.#spec.path,
@@ -493,58 +535,44 @@ export class Reflector<T extends KubeObject> {
       if (!res.body) {
         return { kind: "error", error: new Error(`watch ${this.#spec.resource}: response has no body`) };
       }
+      established = true;
       reader = res.body.getReader();
-      const decoder = new TextDecoder();
-      let buf = "";
+      const splitter = new LineSplitter(tm.maxMessageBytes, `watch ${this.#spec.resource}`);
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
         kick();
         this.#stats?.recordContact(this.#spec.resource);
-        buf += decoder.decode(value, { stream: true });
-        let start = 0;
-        for (let nl = buf.indexOf("\n"); nl !== -1; nl = buf.indexOf("\n", start)) {
-          const line = buf.slice(start, nl);
-          start = nl + 1;
+        for (const line of splitter.push(value)) {
           const r = this.#handleLine(line);
           if (r === null) continue;
           received++;
           if (r !== true) return r;
         }
-        buf = buf.slice(start);
       }
-      buf += decoder.decode();
-      if (buf.trim()) {
-        const r = this.#handleLine(buf);
+      const last = splitter.finish();
+      if (last) {
+        const r = this.#handleLine(last);
         if (r !== null && r !== true) return r;
       }
-      const lasted = Date.now() - started;
-      if (received === 0 && lasted < tm.shortWatchMs) {
-        return {
-          kind: "error",
-          error: new Error(`watch closed after ${lasted} ms with nothing received (very short watch)`),
-        };
-      }
-      this.#log.debug(
-        `watch ${this.#spec.resource}: closed by the server after ${lasted} ms, ${received} events`,
-      );
-      return { kind: "closed" };
+      return ended("closed by the server", true);
     } catch (e) {
       if (stopSignal.aborted) return { kind: "stopped" };
+      if (e instanceof MessageTooLargeError) return { kind: "error", error: e };
       if (stalled) {
-        return {
-          kind: "error",
-          error: new Error(`watch silent for ${silenceMs} ms (watchdog); reconnecting from ${this.#rv}`),
-        };
+        const why = `watch silent for ${silenceMs} ms (watchdog)`;
+        if (established) return ended(why);
+        return { kind: "error", error: new Error(`${why}; reconnecting from ${this.#rv}`) };
       }
+      // A stream that broke after it was established (reset, EOF mid-chunk, TLS error) is client-go's
+      // "probable EOF": the watch ended, it did not fail.
+      if (established) return ended(`connection lost (${errorChain(e)})`);
       if (e instanceof ApiError || e instanceof NetworkError) return { kind: "error", error: e };
       return {
         kind: "error",
         error: new NetworkError(
-          `watch ${this.#spec.resource} from ${this.#t.config.server}: stream broke: ${errorChain(e)}`,
-          {
-            cause: e,
-          },
+          `watch ${this.#spec.resource} from ${this.#t.config.server}: ${errorChain(e)}`,
+          { cause: e },
         ),
       };
     } finally {
@@ -559,8 +587,8 @@ export class Reflector<T extends KubeObject> {
    * Handles one watch line. Returns null when skipped, true when applied (event or bookmark), or an
    * outcome that ends the watch (ERROR events).
    */
-  #handleLine(raw: string): true | null | WatchOutcome {
-    const line = raw.trim();
+  #handleLine(bytes: Uint8Array): true | null | WatchOutcome {
+    const line = LINE_DECODER.decode(bytes).trim();
     if (!line) return null;
     let ev: unknown;
     // A line that is not a watch event at all was garbled on the way: the event it carried is lost, so

@@ -1,11 +1,13 @@
 /**
  * The HTTP side of talking to the apiserver: authentication headers and client certificates (from
  * {@link Credentials}), the per-runtime TLS fetch, `Accept: application/json`, the `edgeproxy/<version>`
- * user agent, client-side rate limiting (clientConnection.qps/burst), request timeouts, and turning
- * error responses into a typed {@link ApiError} parsed from the meta/v1 Status body.
+ * user agent, client-side rate limiting (clientConnection.qps/burst), request timeouts, bounded response
+ * bodies ({@link MAX_API_MESSAGE_BYTES}), and turning error responses into a typed {@link ApiError} parsed
+ * from the meta/v1 Status body.
  */
 import pkg from "../../package.json" with { type: "json" };
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../runtime/fetch_tls.ts";
+import { MAX_API_MESSAGE_BYTES, MessageTooLargeError, readBounded } from "./bounded_read.ts";
 import type { AuthMaterial, RestConfig } from "./kubeconfig.ts";
 import type { ObjectList, Status } from "./objects.ts";
 import { TokenBucket } from "./rate_limiter.ts";
@@ -21,6 +23,9 @@ export interface Logger {
 
 /** A logger that drops everything (default when none is given). */
 export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+/** How much of an error answer's body is read: a Status is small; the rest is not needed. */
+const ERROR_BODY_BYTES = 64 * 1024;
 
 /** User agent sent with every request. */
 export const USER_AGENT = `edgeproxy/${pkg.version}`;
@@ -101,6 +106,8 @@ export interface ApiTransportOptions {
   /** Timeout (ms) for non-watch requests, headers and body. Default 60 000. */
   requestTimeoutMs?: number;
   userAgent?: string;
+  /** Largest response body accepted (bytes, default {@link MAX_API_MESSAGE_BYTES}). */
+  maxResponseBytes?: number;
   /** Replaces {@link createTlsFetch} (tests). */
   fetchFactory?: (tls: TlsFetchOptions) => TlsFetch;
 }
@@ -117,6 +124,8 @@ export interface RequestOptions {
   resource: string;
   signal?: AbortSignal;
   timeoutMs?: number;
+  /** Largest response body accepted (bytes; default the transport's `maxResponseBytes`). */
+  maxBytes?: number;
 }
 
 /** Rate-limited, authenticated JSON requests and watch streams against one apiserver. */
@@ -127,6 +136,7 @@ export class ApiTransport {
   readonly log: Logger;
   readonly #timeoutMs: number;
   readonly #userAgent: string;
+  readonly #maxResponseBytes: number;
   readonly #fetchFactory: (tls: TlsFetchOptions) => TlsFetch;
   #fetch: { key: string; fetch: TlsFetch } | null = null;
   #closed = false;
@@ -139,6 +149,7 @@ export class ApiTransport {
     this.log = opts.log ?? silentLogger;
     this.#timeoutMs = opts.requestTimeoutMs ?? 60_000;
     this.#userAgent = opts.userAgent ?? USER_AGENT;
+    this.#maxResponseBytes = opts.maxResponseBytes ?? MAX_API_MESSAGE_BYTES;
     this.#fetchFactory = opts.fetchFactory ?? createTlsFetch;
   }
 
@@ -173,8 +184,9 @@ export class ApiTransport {
 
   /**
    * Sends one request (after taking a rate-limit token) and returns the parsed JSON body. Throws
-   * {@link ApiError} for HTTP errors, {@link NetworkError} when no answer came, or the abort reason when
-   * `signal` aborted. A 401 makes the credentials refresh; when that yields different material the request
+   * {@link ApiError} for HTTP errors, {@link NetworkError} when no answer came,
+   * {@link MessageTooLargeError} when the body is larger than the limit, or the abort reason when `signal`
+   * aborted. A 401 makes the credentials refresh; when that yields different material the request
    * is retried once at once (a rotated token should not wait for a backoff).
    */
   async request<T = unknown>(opts: RequestOptions): Promise<T> {
@@ -232,7 +244,7 @@ export class ApiTransport {
         if (!res.ok) {
           let text = "";
           try {
-            text = await res.text();
+            text = await readBounded(res, { limit: ERROR_BODY_BYTES, what, truncate: true });
           } catch { /* the status line is enough */ }
           const err = ApiError.fromStatus(parseStatus(text), res.status, what, retryAfter(res.headers));
           if (res.status === 401 && attempt === 0 && await this.#refreshChanged(auth)) continue;
@@ -243,7 +255,7 @@ export class ApiTransport {
           handedOver = true;
           return res;
         }
-        const text = await res.text();
+        const text = await readBounded(res, { limit: opts.maxBytes ?? this.#maxResponseBytes, what });
         try {
           return JSON.parse(text);
         } catch {
@@ -254,7 +266,7 @@ export class ApiTransport {
           );
         }
       } catch (e) {
-        if (e instanceof ApiError) throw e;
+        if (e instanceof ApiError || e instanceof MessageTooLargeError) throw e;
         throw this.#networkError(e, opts, what, timedOut, timeoutMs);
       } finally {
         // a returned stream keeps the caller's abort link (its body must stop when the caller aborts)
@@ -315,6 +327,8 @@ export interface ListAllOptions {
   /** Page size (default 500, as client-go's pager). */
   limit?: number;
   signal?: AbortSignal;
+  /** Largest page body accepted (bytes; default the transport's limit, {@link MAX_API_MESSAGE_BYTES}). */
+  maxPageBytes?: number;
   /** How often an expired continue token may restart the list (default 3). */
   maxRestarts?: number;
   log?: Logger;
@@ -343,6 +357,7 @@ export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise
           verb: "list",
           resource: opts.resource,
           signal: opts.signal,
+          maxBytes: opts.maxPageBytes,
         });
         pages++;
         if (

@@ -93,8 +93,24 @@ export interface TestApiserverFaults {
    * not affected (see stallWatches).
    */
   dropWatches(): void;
-  /** The next n requests (any path) get `status` (default 500) with a Status body; 429 also gets Retry-After: 1. */
-  failNext(n: number, status?: number): void;
+  /**
+   * The next n requests (any path) get `status` (default 500) with a Status body; 429 and 503 also get
+   * `Retry-After: <retryAfterSeconds>` (default 1) and the same details.retryAfterSeconds.
+   */
+  failNext(n: number, status?: number, retryAfterSeconds?: number): void;
+  /**
+   * The next watch request of each of `kinds` (default all) is refused with 410 Expired, as `style` says:
+   * "status" = HTTP 410 with a Status body, "event" = HTTP 200 and one ERROR event (code 410), then the end.
+   */
+  goneNextWatch(style?: "status" | "event", kinds?: ResourceKind[]): void;
+  /**
+   * Watch streams of `kinds` (default all) opened from now on (until clear()) send, after their headers,
+   * one endless line: the start of an ADDED event, then 64 KiB chunks of "x" without a newline, as fast as
+   * the client reads them, until the client goes away.
+   */
+  endlessWatchLine(kinds?: ResourceKind[]): void;
+  /** The next LIST response is padded (a valid JSON field) to more than `bytes` bytes. */
+  oversizeNextList(bytes: number): void;
   /** Stops listening and drops every connection (clients get connection refused). */
   down(): Promise<void>;
   /** Listens again on the same port. */
@@ -120,7 +136,7 @@ export interface TestApiserverFaults {
   stallWatches(): void;
   /** The next n requests get 401 (default) or 403. */
   unauthorizedNext(n: number, code?: 401 | 403): void;
-  /** Clears every pending fault (does not bring the server up or unstall streams). */
+  /** Clears every pending fault and ends endless watch lines (does not bring the server up or unstall streams). */
   clear(): void;
 }
 
@@ -375,9 +391,15 @@ class TestApiserverImpl implements TestApiserver {
   #expiredAs: "status" | "event";
   /** The certificate directory is a temp dir made for this server (no tlsDir): close() removes it. */
   #ownsCertDir: boolean;
+  /** Streams sending an endless line (ended by clear()). */
+  #endless = new Set<ServerResponse>();
   #f = {
     failN: 0,
     failStatus: 500,
+    retryAfterS: 1,
+    gone: new Map<ResourceKind, "status" | "event">(),
+    endless: new Set<ResourceKind>(),
+    oversizeList: 0,
     unauthN: 0,
     unauthCode: 401 as 401 | 403,
     slowMs: 0,
@@ -398,9 +420,19 @@ class TestApiserverImpl implements TestApiserver {
       dropWatches: () => {
         for (const w of [...this.#watchers]) if (!w.stalled) this.#finishWatch(w, "destroy");
       },
-      failNext: (n, status = 500) => {
+      failNext: (n, status = 500, retryAfterSeconds = 1) => {
         f.failN = n;
         f.failStatus = status;
+        f.retryAfterS = retryAfterSeconds;
+      },
+      goneNextWatch: (style = "status", kinds = Object.keys(RESOURCES) as ResourceKind[]) => {
+        for (const k of kinds) f.gone.set(k, style);
+      },
+      endlessWatchLine: (kinds = Object.keys(RESOURCES) as ResourceKind[]) => {
+        for (const k of kinds) f.endless.add(k);
+      },
+      oversizeNextList: (bytes) => {
+        f.oversizeList = bytes;
       },
       down: () => this.#down(),
       up: () => this.#listen(),
@@ -441,7 +473,18 @@ class TestApiserverImpl implements TestApiserver {
         f.unauthCode = code;
       },
       clear: () => {
-        Object.assign(f, { failN: 0, unauthN: 0, slowMs: 0, garbage: false, truncate: false });
+        Object.assign(f, {
+          failN: 0,
+          unauthN: 0,
+          slowMs: 0,
+          garbage: false,
+          truncate: false,
+          oversizeList: 0,
+        });
+        f.gone.clear();
+        f.endless.clear();
+        for (const res of this.#endless) res.destroy();
+        this.#endless.clear();
       },
     };
     this.#store.subscribe((e) => this.#onStoreEvent(e));
@@ -642,7 +685,9 @@ class TestApiserverImpl implements TestApiserver {
     if (f.failN > 0) {
       f.failN--;
       const code = f.failStatus;
-      const headers: Record<string, string> = code === 429 || code === 503 ? { "Retry-After": "1" } : {};
+      const headers: Record<string, string> = code === 429 || code === 503
+        ? { "Retry-After": String(f.retryAfterS) }
+        : {};
       const msg = code === 429
         ? "Too many requests, please try again later."
         : code === 503
@@ -650,7 +695,9 @@ class TestApiserverImpl implements TestApiserver {
         : code === 504
         ? "the server was unable to return a response in the time allotted, but may still be processing the request"
         : `Internal error occurred: injected fault`;
-      const details = code === 429 || code === 503 || code === 504 ? { retryAfterSeconds: 1 } : undefined;
+      const details = code === 429 || code === 503 || code === 504
+        ? { retryAfterSeconds: code === 504 ? 1 : f.retryAfterS }
+        : undefined;
       req.resume();
       return this.#sendStatus(req, res, rec, code, msg, details, headers);
     }
@@ -946,12 +993,17 @@ class TestApiserverImpl implements TestApiserver {
       // The apiserver reports remainingItemCount only when no selector filters the list.
       if (labelSel.length === 0 && fieldSel.length === 0) metadata.remainingItemCount = rest;
     }
-    const body = JSON.stringify({
+    let body = JSON.stringify({
       kind: RESOURCES[kind].listKind,
       apiVersion: RESOURCES[kind].apiVersion,
       metadata,
       items: matched,
     });
+    if (this.#f.oversizeList > 0) {
+      // An unknown field, as a newer or broken apiserver might send: valid JSON, just too large.
+      body = `{"padding":"${"x".repeat(this.#f.oversizeList)}",${body.slice(1)}`;
+      this.#f.oversizeList = 0;
+    }
     if (this.#f.truncate) {
       this.#f.truncate = false;
       const bytes = new TextEncoder().encode(body);
@@ -973,6 +1025,17 @@ class TestApiserverImpl implements TestApiserver {
     filter: (o: KubeObject) => boolean,
     o: { rv?: number; sendInitialEvents: boolean; allowBookmarks: boolean; timeoutSeconds?: number },
   ): void {
+    const gone = this.#f.gone.get(kind);
+    if (gone !== undefined) {
+      this.#f.gone.delete(kind);
+      const msg = tooOldMessage(o.rv ?? 0, this.#store.rv);
+      if (gone === "status") throw new HttpError(410, msg);
+      rec.status = 200;
+      res.writeHead(200, { "Content-Type": "application/json", "Cache-Control": "no-cache, private" });
+      res.end(JSON.stringify({ type: "ERROR", object: statusBody(410, msg) }) + "\n");
+      return;
+    }
+    if (this.#f.endless.has(kind)) return this.#streamEndlessLine(rec, kind, res);
     let backlog: StoreEvent[] = [];
     if (o.rv !== undefined && !o.sendInitialEvents) {
       const since = this.#store.eventsSince(o.rv);
@@ -1027,6 +1090,33 @@ class TestApiserverImpl implements TestApiserver {
     if (o.timeoutSeconds !== undefined && o.timeoutSeconds > 0) {
       w.timers.push(setTimeout(() => this.#finishWatch(w, "end"), o.timeoutSeconds * 1000));
     }
+  }
+
+  /** Sends one line that never ends, with backpressure, until the client goes away or clear(). */
+  #streamEndlessLine(rec: RecordedRequest, kind: ResourceKind, res: ServerResponse): void {
+    rec.status = 200;
+    res.writeHead(200, {
+      "Content-Type": "application/json",
+      "Cache-Control": "no-cache, private",
+      "Transfer-Encoding": "chunked",
+    });
+    this.#endless.add(res);
+    const chunk = new TextEncoder().encode("x".repeat(64 * 1024));
+    let gone = false;
+    res.on("close", () => {
+      gone = true;
+      this.#endless.delete(res);
+    });
+    res.write(`{"type":"ADDED","object":{"kind":"${RESOURCES[kind].kind}","metadata":{"name":"`);
+    const pump = () => {
+      while (!gone && !res.destroyed) {
+        if (!res.write(chunk)) {
+          res.once("drain", pump);
+          return;
+        }
+      }
+    };
+    pump();
   }
 
   #bookmarkObject(kind: ResourceKind, annotations?: Record<string, string>): KubeObject {

@@ -186,3 +186,84 @@ test("unauthorizedNext: 401 or 403 Status for n requests", async () => {
     assert.equal((await c.getJson("/api/v1/nodes")).status, 200);
   });
 });
+
+test("failNext with retryAfterSeconds: 429 carries that Retry-After and details.retryAfterSeconds", async () => {
+  await withServer({}, async (s, c) => {
+    s.faults.failNext(1, 429, 7);
+    const r = await c.fetch("/api/v1/services?watch=1");
+    assert.equal(r.status, 429);
+    assert.equal(r.headers.get("retry-after"), "7");
+    assert.equal((await r.json()).details.retryAfterSeconds, 7);
+  });
+});
+
+test("goneNextWatch: the next watch of each kind gets 410, as HTTP status or as an ERROR event", async () => {
+  await withServer({}, async (s, c, open) => {
+    s.create("services", svc("a"));
+    const rv = s.resourceVersion();
+    s.faults.goneNextWatch("status", ["services"]);
+    const r = await c.getJson(`/api/v1/services?watch=1&resourceVersion=${rv}`);
+    assert.equal(r.status, 410);
+    assert.equal(r.body.reason, "Expired");
+    assert.equal((await c.getJson("/api/v1/services")).status, 200, "a LIST is not affected");
+    const ok = await open(`/api/v1/nodes?watch=1&resourceVersion=${rv}`);
+    assert.equal(ok.status, 200, "other kinds are not affected");
+
+    s.faults.goneNextWatch("event");
+    for (const path of ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/api/v1/nodes"]) {
+      const w = await open(`${path}?watch=1&resourceVersion=${rv}`);
+      assert.equal(w.status, 200);
+      const e = await w.next();
+      assert.equal(e.type, "ERROR");
+      assert.equal(e.object.code, 410);
+      assert.equal((await w.next()).type, "END");
+    }
+    const again = await open(`/api/v1/services?watch=1&resourceVersion=${rv}`);
+    s.create("services", svc("b"));
+    assert.equal((await again.next()).type, "ADDED", "only the next watch is refused");
+  });
+});
+
+test("endlessWatchLine: new watches stream one line without end until clear()", async () => {
+  await withServer({}, async (s, c, open) => {
+    s.faults.endlessWatchLine(["services"]);
+    const ac = new AbortController();
+    const w = await c.fetch("/api/v1/services?watch=1", { signal: ac.signal });
+    assert.equal(w.status, 200);
+    const reader = w.body!.getReader();
+    let bytes = 0;
+    let newline = false;
+    while (bytes < 4 * 1024 * 1024) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, "the stream goes on");
+      bytes += value.length;
+      if (value.includes(10)) newline = true;
+    }
+    assert.equal(newline, false, "no newline in 4 MiB");
+    const n = await open("/api/v1/nodes?watch=1");
+    s.create("nodes", { metadata: { name: "n1" } });
+    assert.equal((await n.next()).type, "ADDED", "other kinds are not affected");
+    s.faults.clear();
+    for (;;) {
+      const r = await reader.read().catch(() => ({ done: true }));
+      if (r.done) break;
+    }
+    ac.abort();
+    const after = await open("/api/v1/services?watch=1");
+    s.create("services", svc("a"));
+    assert.equal((await after.next()).type, "ADDED", "after clear() watches are normal again");
+  });
+});
+
+test("oversizeNextList: the next LIST is valid JSON larger than asked, the one after is normal", async () => {
+  await withServer({}, async (s, c) => {
+    s.create("services", svc("a"));
+    s.faults.oversizeNextList(2 * 1024 * 1024);
+    const r = await c.fetch("/api/v1/services", { headers: { "accept-encoding": "identity" } });
+    const text = await r.text();
+    assert.ok(text.length > 2 * 1024 * 1024, `${text.length} bytes`);
+    assert.equal(JSON.parse(text).items.length, 1);
+    const ok = await c.fetch("/api/v1/services", { headers: { "accept-encoding": "identity" } });
+    assert.ok((await ok.text()).length < 10_000);
+  });
+});

@@ -1,6 +1,7 @@
 /**
  * The request helper: headers, Status errors, 401 credential refresh (token file and exec plugin), rate
- * limiting, timeouts, refused connections, pagination with an expiring continue token, and the Starting event.
+ * limiting, timeouts, refused connections, pagination with an expiring continue token, bounded response
+ * bodies, and the Starting event.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -11,6 +12,7 @@ import { join } from "node:path";
 import { startTestApiserver, type TestApiserver } from "../support/apiserver.ts";
 import { loadRestConfig, type RestConfig, staticCredentials } from "../../lib/k8s/kubeconfig.ts";
 import { ApiError, ApiTransport, listAll, NetworkError, USER_AGENT } from "../../lib/k8s/transport.ts";
+import { MAX_API_MESSAGE_BYTES, MessageTooLargeError } from "../../lib/k8s/bounded_read.ts";
 import { ApiStats } from "../../lib/k8s/stats.ts";
 import { recordStartingEvent, startingEvent } from "../../lib/k8s/events.ts";
 
@@ -307,6 +309,67 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
       }
     },
   );
+});
+
+describe("ApiTransport body limits", () => {
+  it("refuses a response body over the limit (streamed or announced) with one error naming it", {
+    timeout: 30_000,
+  }, async () => {
+    const big = "x".repeat(3 * 1024 * 1024);
+    let sent = 0;
+    const fake = await fakeServer((req, res) => {
+      if (req.url?.startsWith("/announced")) {
+        // Content-Length above the limit: refused before the body is read
+        res.writeHead(200, { "Content-Type": "application/json", "Content-Length": String(big.length + 2) });
+        res.end(`"${big}"`);
+        return;
+      }
+      if (req.url?.startsWith("/error")) {
+        // a huge error page: only its start is read, the Status code still comes through
+        res.writeHead(500, { "Content-Type": "text/plain" });
+        res.end(big);
+        return;
+      }
+      res.writeHead(200, { "Content-Type": "application/json", "Transfer-Encoding": "chunked" });
+      const chunk = "x".repeat(64 * 1024);
+      res.write('"');
+      const pump = () => {
+        while (sent < 64 * 1024 * 1024) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", pump);
+        }
+        res.end('"');
+      };
+      pump();
+    });
+    const t = new ApiTransport({ config: cfg(fake.url), qps: -1, maxResponseBytes: 2 * 1024 * 1024 });
+    try {
+      await assert.rejects(
+        t.request({ path: "/streamed", verb: "list", resource: "services" }),
+        (e: unknown) =>
+          e instanceof MessageTooLargeError &&
+          e.message === "GET services (list): response body is larger than the limit of 2 MiB; dropped it",
+      );
+      assert.ok(sent < 64 * 1024 * 1024, `stopped reading early (${sent} bytes sent)`);
+      await assert.rejects(
+        t.request({ path: "/announced", verb: "list", resource: "services" }),
+        MessageTooLargeError,
+      );
+      await assert.rejects(
+        t.request({ path: "/error", verb: "list", resource: "services" }),
+        (e: unknown) => e instanceof ApiError && e.code === 500 && e.message.length < 1000,
+      );
+      // per request limit (listAll's maxPageBytes)
+      await assert.rejects(
+        listAll(t, { path: "/announced", resource: "services", maxPageBytes: 1024 }),
+        /larger than the limit of 1024 bytes/,
+      );
+      assert.equal(MAX_API_MESSAGE_BYTES, 64 * 1024 * 1024);
+    } finally {
+      t.close();
+      await fake.close();
+    }
+  });
 });
 
 describe("Starting event", () => {
