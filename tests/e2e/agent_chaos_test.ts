@@ -10,6 +10,7 @@ import { createE2eCluster, type E2eCluster, e2eUnavailableReason } from "../supp
 import { e2eEndpointSlice, e2eService } from "../support/e2e_objects.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
+import { natServiceTargets } from "../support/e2e_nat.ts";
 
 const skip = e2eUnavailableReason();
 if (skip !== "") console.log(`SKIP tests/e2e/agent_chaos_test.ts: ${skip}`);
@@ -17,32 +18,6 @@ if (skip !== "") console.log(`SKIP tests/e2e/agent_chaos_test.ts: ${skip}`);
 /** Outage length; the issue asks for 60 s. EDGEPROXY_CHAOS_OUTAGE_MS shortens it for local runs. */
 const OUTAGE_MS = Number(process.env.EDGEPROXY_CHAOS_OUTAGE_MS ?? 60_000);
 const ECHO = 8080;
-
-/** clusterIP → sorted DNAT targets, as the kernel has them (only ClusterIPs with endpoints appear). */
-function programmed(natSave: string): Map<string, string[]> {
-  const svcByIP = new Map<string, string>();
-  const seps = new Map<string, string[]>();
-  const dnat = new Map<string, string>();
-  for (const line of natSave.split("\n")) {
-    const w = line.split(" ");
-    if (w[0] !== "-A") continue;
-    const chain = w[1];
-    const target = w[w.indexOf("-j") + 1];
-    if (chain === "KUBE-SERVICES" && target?.startsWith("KUBE-SVC-")) {
-      const d = w[w.indexOf("-d") + 1].replace(/\/32$/, "");
-      svcByIP.set(d, target);
-    } else if (chain.startsWith("KUBE-SVC-") && target?.startsWith("KUBE-SEP-")) {
-      seps.set(chain, [...(seps.get(chain) ?? []), target]);
-    } else if (chain.startsWith("KUBE-SEP-") && target === "DNAT") {
-      dnat.set(chain, w[w.indexOf("--to-destination") + 1]);
-    }
-  }
-  const out = new Map<string, string[]>();
-  for (const [ip, svc] of svcByIP) {
-    out.set(ip, [...new Set((seps.get(svc) ?? []).map((s) => dnat.get(s) ?? `?${s}`))].sort());
-  }
-  return out;
-}
 
 /** The same map computed from the apiserver's objects. */
 function expected(services: Service[], slices: EndpointSlice[]): Map<string, string[]> {
@@ -114,7 +89,7 @@ describe("edgeproxy e2e: the agent converges through apiserver chaos", { skip: s
     const got = await pollUntil(
       async () => {
         if (c.agent!.exit() !== null) throw new Error(`agent exited: ${c.agent!.tail(30)}`);
-        const m = programmed(await c.iptablesSave("nat"));
+        const m = natServiceTargets(await c.iptablesSave("nat"));
         for (const ip of [...m.keys()]) if (!ip.startsWith("10.96.9.")) m.delete(ip);
         return show(m);
       },
