@@ -10,6 +10,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { KLOG_HEADER } from "../support/klog_lines.ts";
 
 const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
 const BINARY = process.env.EDGEPROXY_BIN
@@ -63,6 +64,16 @@ function run(cmd: string, args: string[]): Promise<{ code: number; stdout: strin
   });
 }
 
+/** The messages of the W lines of klog-format stderr (the quoted message, unquoted). */
+function warnings(stderr: string): string[] {
+  return stderr.split("\n").flatMap((l) => {
+    const m = KLOG_HEADER.exec(l);
+    if (m === null || m[1] !== "W") return [];
+    const quoted = /^"(?:[^"\\]|\\.)*"/.exec(m[11]);
+    return quoted ? [JSON.parse(quoted[0]) as string] : [m[11]];
+  });
+}
+
 const dnat = (out: string) =>
   out.split("\n").filter((l) => l.includes("-j DNAT")).map((l) => l.split(" ").at(-1));
 
@@ -83,15 +94,13 @@ for (const v of VARIANTS) {
         assert.match(r.stdout, /"site\/web external IP" -m tcp -p tcp -d 203\.0\.113\.9 --dport 80/);
         assert.doesNotMatch(r.stdout, /-d 127\.0\.0\.1 /);
         assert.doesNotMatch(r.stdout, /169\.254\.169\.254/);
-        const warns = r.stderr.split("\n").filter((l) =>
-          l.startsWith("warn ") && !l.includes("detect-local-mode")
-        );
+        const warns = warnings(r.stderr).filter((m) => !m.includes("detect-local-mode"));
         assert.deepEqual(warns, [
-          'warn ignoring metadata.labels of Node node-a: must be a map (got "not-a-map")',
-          'warn ignoring spec.podCIDRs of Node node-a: must be a list (got "10.244.1.0/24")',
-          'warn ignoring spec.taints of Node node-a: must be a list (got "NoSchedule")',
-          'warn ignoring spec.externalIPs[0] of Service site/web: may not be in the loopback range (127.0.0.0/8, ::1/128) (got "127.0.0.1")',
-          'warn ignoring endpoints[2] of EndpointSlice site/web-1: addresses[0]: may not be in the link-local range (169.254.0.0/16, fe80::/10) (got "169.254.169.254")',
+          'ignoring metadata.labels of Node node-a: must be a map (got "not-a-map")',
+          'ignoring spec.podCIDRs of Node node-a: must be a list (got "10.244.1.0/24")',
+          'ignoring spec.taints of Node node-a: must be a list (got "NoSchedule")',
+          'ignoring spec.externalIPs[0] of Service site/web: may not be in the loopback range (127.0.0.0/8, ::1/128) (got "127.0.0.1")',
+          'ignoring endpoints[2] of EndpointSlice site/web-1: addresses[0]: may not be in the link-local range (169.254.0.0/16, fe80::/10) (got "169.254.169.254")',
         ]);
         // PreferSameTrafficDistribution is on by default at v1.34: only this node's endpoint.
         assert.deepEqual(dnat(r.stdout), ["10.244.1.5:8080"]);
