@@ -63,6 +63,9 @@ else
 fi
 
 [ -x "$out" ] || { echo "compile.sh: $out was not produced" >&2; exit 1; }
+# --sourcemap embeds the map the binary needs for file:line in its log lines; the separate .map bun also
+# writes is not needed at run time, so it is not left beside the binary to be shipped by mistake.
+rm -f "$out.map"
 bytes=$(stat -c %s "$out")
 echo "$out: $bytes bytes ($(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB", b / 1048576 }'))"
 (cd dist && sha256sum "${out#dist/}" >"${out#dist/}.sha256")
