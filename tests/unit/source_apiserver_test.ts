@@ -15,7 +15,7 @@ import { ApiStats } from "../../lib/k8s/stats.ts";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
 import type { ProxyHandlers } from "../../lib/source/handlers.ts";
 import { startApiserverSource } from "../../lib/source/apiserver.ts";
-import { type KubeObject, objectKey } from "../../lib/source/store.ts";
+import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 class Handlers implements ProxyHandlers {
   services = new Map<string, Service>();
