@@ -10,7 +10,7 @@ import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.t
 import type { Node } from "../k8s/objects.ts";
 import type { IPFamily } from "../proxy/types.ts";
 import type { IptablesRunner } from "../proxy/iptables/runner.ts";
-import type { ProxyHandlers } from "../source/handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 import { log } from "../log.ts";
 import { StateStore } from "../source/state_store.ts";
 import { withNodeValidation } from "../source/node_validation.ts";

@@ -5,7 +5,7 @@
  * a broken kubeconfig before it touches the host.
  */
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
-import type { ProxyHandlers } from "../source/handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 import { loadRestConfig, type RestConfig } from "../k8s/kubeconfig.ts";
 import { ApiTransport } from "../k8s/transport.ts";
 import type { ApiStats } from "../k8s/stats.ts";

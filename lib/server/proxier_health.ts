@@ -27,7 +27,7 @@ import type { Node } from "../k8s/objects.ts";
 import type { CacheStateSource } from "../metrics/edgeproxy.ts";
 import type { Counter } from "../metrics/registry.ts";
 import type { IPFamily } from "../proxy/types.ts";
-import type { NodeHandler } from "../source/handlers.ts";
+import type { NodeHandler } from "../proxy/handlers.ts";
 import { formatRFC3339Nano, goJSON } from "./go_json.ts";
 
 /** Wall clock in ms since the epoch (fraction allowed); injected so tests control time. */

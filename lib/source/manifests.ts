@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
 import { PROXY_LABEL_SELECTOR } from "../k8s/objects.ts";
-import type { ProxyHandlers } from "./handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** The kinds this source delivers. */
 export type ManifestKind = "Service" | "EndpointSlice" | "Node";

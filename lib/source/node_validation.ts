@@ -10,7 +10,7 @@
 import type { Node } from "../k8s/objects.ts";
 import { sanitizeNode } from "./node_shape.ts";
 import type { Warn } from "../proxy/service_port.ts";
-import type { ProxyHandlers } from "./handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** `downstream` with every Node it receives shape-checked first. */
 export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): ProxyHandlers {

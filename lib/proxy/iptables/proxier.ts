@@ -5,7 +5,7 @@
  * and then updates health, metrics, conntrack, health-check node ports and the state cache.
  */
 import type { EndpointSlice, Node, Service } from "../../k8s/objects.ts";
-import type { ProxyHandlers } from "../../source/handlers.ts";
+import type { ProxyHandlers } from "../handlers.ts";
 import type { IPFamily } from "../types.ts";
 import {
   ServiceChangeTracker,
