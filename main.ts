@@ -17,10 +17,10 @@ import { UPSTREAM_KUBE_PROXY_VERSION, VERSION, versionLine } from "./lib/cli/ver
 import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
 import { configureLogging, log } from "./lib/log.ts";
-import { installShutdownSignals } from "./lib/shutdown.ts";
+import { installShutdownSignals } from "./lib/app/shutdown.ts";
 
 // First thing, before any I/O: SIGTERM/SIGINT exit 0 from now on; once the agent runs they stop it in
-// order, within a bound (lib/shutdown.ts).
+// order, within a bound (lib/app/shutdown.ts).
 installShutdownSignals();
 
 /** citty's view of the flags (descriptions only; help and version stay citty built-ins). */
@@ -81,7 +81,7 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
     case "run": {
       printFlags(argv);
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
-      const { runAgent } = await import("./lib/agent.ts");
+      const { runAgent } = await import("./lib/app/agent.ts");
       return await runAgent(applyPlatformDefaults(inv.config), {
         ...inv.options,
         configFile: inv.configFile || undefined,

@@ -6,10 +6,10 @@
  * benchmarks apply.
  */
 import type { EndpointSlice } from "../lib/k8s/objects.ts";
-import { ServiceChangeTracker, ServicePortMap } from "../lib/model/service_change_tracker.ts";
-import { EndpointsChangeTracker, EndpointsMap } from "../lib/model/endpoints_change_tracker.ts";
-import { newDetectLocalByCIDR } from "../lib/iptables/local_detector.ts";
-import type { RenderInput } from "../lib/iptables/render.ts";
+import { ServiceChangeTracker, ServicePortMap } from "../lib/proxy/service_change_tracker.ts";
+import { EndpointsChangeTracker, EndpointsMap } from "../lib/proxy/endpoints_change_tracker.ts";
+import { newDetectLocalByCIDR } from "../lib/proxy/iptables/local_detector.ts";
+import type { RenderInput } from "../lib/proxy/iptables/render/render.ts";
 import type { SyntheticCluster } from "./synthetic_cluster.ts";
 
 /** The pod/cluster CIDR of the synthetic cluster (its endpoints live in 10/8); the agent gets the same. */

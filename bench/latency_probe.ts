@@ -17,7 +17,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import process from "node:process";
 import { type Netns, type NetnsScope, run } from "../tests/support/netns.ts";
-import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../lib/iptables/jump_rules_table.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../lib/proxy/iptables/jump_rules_table.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { oneEndpointChange, plainServiceIndex } from "./cluster_model.ts";
 import { kubeServicesRuleCount } from "./render_bench.ts";

@@ -11,8 +11,8 @@
  */
 import { parseArgs } from "node:util";
 import process from "node:process";
-import { renderIptablesRules } from "../lib/iptables/render.ts";
-import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/iptables/owned_rules.ts";
+import { renderIptablesRules } from "../lib/proxy/iptables/render/render.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables/owned_rules.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
 import { loadSplitter } from "./render_bench.ts";

@@ -8,7 +8,7 @@
  */
 import { parseArgs } from "node:util";
 import process from "node:process";
-import { renderIptablesRules, type RenderResult } from "../lib/iptables/render.ts";
+import { renderIptablesRules, type RenderResult } from "../lib/proxy/iptables/render/render.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { buildClusterModel, oneEndpointChange, plainServiceIndex, renderInputFor } from "./cluster_model.ts";
 import { round, summarize } from "./stats.ts";

@@ -1,10 +1,10 @@
 /**
  * In-process compute figures for one cluster size: objects → model (change trackers), rule rendering of
  * a full sync and of a one-endpoint-change partial sync, payload sizes, and the make-before-break split
- * of the full payload (lib/iptables/restore_plan.ts, when present). Pure CPU: no iptables, no netns, so
+ * of the full payload (lib/proxy/iptables/restore_plan.ts, when present). Pure CPU: no iptables, no netns, so
  * it runs anywhere (the smoke test runs it on 50 Services). Times are medians of `repeats` runs.
  */
-import { renderIptablesRules, type RenderResult } from "../lib/iptables/render.ts";
+import { renderIptablesRules, type RenderResult } from "../lib/proxy/iptables/render/render.ts";
 import { type SyntheticCluster, syntheticCluster } from "./synthetic_cluster.ts";
 import {
   buildClusterModel,
@@ -88,10 +88,10 @@ export interface RenderBenchOptions {
 /** A restore_plan.ts split function, loaded lazily so the bench still runs while that module is missing. */
 type Splitter = (payload: string) => { transactions: number; payload: string };
 
-/** Loads lib/iptables/restore_plan.ts; returns null and a reason when it is missing or unusable. */
+/** Loads lib/proxy/iptables/restore_plan.ts; returns null and a reason when it is missing or unusable. */
 export async function loadSplitter(): Promise<{ split: Splitter | null; note: string }> {
   try {
-    const m = await import("../lib/iptables/restore_plan.ts");
+    const m = await import("../lib/proxy/iptables/restore_plan.ts");
     if (typeof m.splitRestorePayload !== "function" || typeof m.payloadOf !== "function") {
       return { split: null, note: "restore_plan.ts has no splitRestorePayload/payloadOf" };
     }
@@ -103,7 +103,7 @@ export async function loadSplitter(): Promise<{ split: Splitter | null; note: st
       note: "",
     };
   } catch (e) {
-    return { split: null, note: `lib/iptables/restore_plan.ts not loadable: ${(e as Error).message}` };
+    return { split: null, note: `lib/proxy/iptables/restore_plan.ts not loadable: ${(e as Error).message}` };
   }
 }
 

@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 import { readFileSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import process from "node:process";
-import type { RenderInput, RenderResult } from "../lib/iptables/render.ts";
+import type { RenderInput, RenderResult } from "../lib/proxy/iptables/render/render.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import { buildClusterModel, oneEndpointChange, plainServiceIndex, renderInputFor } from "./cluster_model.ts";
 import { round, summarize } from "./stats.ts";
@@ -66,7 +66,9 @@ const { values } = parseArgs({
 });
 const n = Number(values.services);
 const partials = Number(values.partials);
-const modulePath = values.renderer === "" ? "../lib/iptables/render.ts" : resolve(values.renderer);
+const modulePath = values.renderer === ""
+  ? "../lib/proxy/iptables/render/render.ts"
+  : resolve(values.renderer);
 const render = (await import(modulePath)).renderIptablesRules as Render;
 const runtime = (globalThis as { Bun?: unknown }).Bun ? "bun" : "Deno" in globalThis ? "deno" : "node";
 const out = (line: string) => process.stdout.write(line + "\n");
@@ -81,7 +83,7 @@ gc();
 const start = procMem();
 out(
   `render memory at ${n} Services (${model.services.size} service ports, ${endpoints} endpoints), ` +
-    `${runtime}, ${values.renderer || "lib/iptables/render.ts"}`,
+    `${runtime}, ${values.renderer || "lib/proxy/iptables/render/render.ts"}`,
 );
 out(`  model built:              rss ${start.rss} MiB, peak so far ${start.hwm} MiB`);
 

@@ -4,7 +4,7 @@
  * influence each other. Modes:
  *  - plain:   `iptables-restore -w 5 --counters` (no --noflush: the payload's tables are flushed first);
  *  - noflush: `--noflush` with the payload as rendered, one transaction per table (what upstream does);
- *  - split:   `--noflush` with the payload split into bounded transactions (lib/iptables/restore_plan.ts);
+ *  - split:   `--noflush` with the payload split into bounded transactions (lib/proxy/iptables/restore_plan.ts);
  *  - partial: a one-endpoint-change partial payload as the agent renders it (incremental when render.ts
  *    has that mode) applied with `--noflush` on top of the full ruleset;
  *  - upstream-partial: upstream's partial sync of the next change (rewrites the shared chains), on top.
@@ -13,7 +13,7 @@
  */
 import { type Netns, NetnsScope, run } from "../tests/support/netns.ts";
 import { round } from "./stats.ts";
-import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../lib/iptables/jump_rules_table.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../lib/proxy/iptables/jump_rules_table.ts";
 
 /** The iptables backends measured. */
 export type Backend = "nft" | "legacy";

@@ -7,7 +7,7 @@
  * is given, "logging" flags are laid over the file, "process" flags (actions, --master,
  * --hostname-override, edgeproxy's own) always apply.
  */
-import { DurationError, formatDuration, parseDuration } from "./duration.ts";
+import { DurationError, formatDuration, parseDuration } from "../config/duration.ts";
 import {
   FlagError,
   type FlagSyntax,
@@ -20,7 +20,7 @@ import {
   parseMapStringBool,
 } from "./pflag.ts";
 import { defaultConfig, defaultOptions, PROXY_HEALTHZ_PORT, PROXY_STATUS_PORT } from "../config/defaults.ts";
-import { parseIPLegacy, splitHostPort } from "../config/net.ts";
+import { parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration, VModuleItem } from "../config/types.ts";
 import { portRangeProblem, SUPPORTED_PROXY_MODES } from "../config/validate.ts";
 

@@ -4,7 +4,7 @@
  * `%q`. Like upstream, the values are those of the command line (defaults plus the flags given): the
  * flags are bound to the configuration before `--config` replaces it, so a file's settings do not show.
  */
-import { formatDuration, parseDuration } from "./duration.ts";
+import { formatDuration, parseDuration } from "../config/duration.ts";
 import { type FlagDef, FLAGS, type FlagState, newFlagState } from "./flags.ts";
 import { parseArgv, parseGoBool } from "./pflag.ts";
 import { infoVf } from "../log.ts";

@@ -4,7 +4,7 @@
  * and the Linux platform defaults upstream applies after flags/config are read (server_linux.go).
  */
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "./types.ts";
-import { ipFamily, joinHostPort, parseIPLegacy, splitHostPort } from "./net.ts";
+import { ipFamily, joinHostPort, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 
 /** apiVersion of the only configuration version edgeproxy reads and writes. */
 export const CONFIG_API_VERSION = "kubeproxy.config.k8s.io/v1alpha1";

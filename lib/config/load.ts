@@ -10,7 +10,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { parse, YAMLParseError } from "yaml";
-import { DurationError, parseDurationNs } from "../cli/duration.ts";
+import { DurationError, parseDurationNs } from "./duration.ts";
 import { applyDefaults, CONFIG_API_VERSION, CONFIG_KIND, type UnsetPointers } from "./defaults.ts";
 import { type FieldError, fieldError, formatFieldError } from "./field_error.ts";
 import type { KubeProxyConfiguration, VModuleItem } from "./types.ts";

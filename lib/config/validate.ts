@@ -11,10 +11,10 @@
  *   unknown names and locked gates set to the other value are errors;
  * - `showHiddenMetricsForVersion` is checked for the "<major>.<minor>" form only.
  */
-import { formatDuration } from "../cli/duration.ts";
+import { formatDuration } from "./duration.ts";
 import { featureEnabled, featureGateWarnings, validateFeatureGates } from "./feature_gates.ts";
 import { type FieldError, fieldError } from "./field_error.ts";
-import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "./net.ts";
+import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 
 /** Proxy modes edgeproxy accepts: blank (meaning iptables) and iptables. */

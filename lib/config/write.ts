@@ -7,7 +7,7 @@
  */
 import { writeFile } from "node:fs/promises";
 import { stringify } from "yaml";
-import { formatDuration } from "../cli/duration.ts";
+import { formatDuration } from "./duration.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 
 type Json = string | number | boolean | null | Json[] | { [key: string]: Json };

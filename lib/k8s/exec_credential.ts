@@ -10,7 +10,7 @@
  */
 import process from "node:process";
 import { Buffer } from "node:buffer";
-import type { AuthMaterial, Credentials } from "./kubeconfig.ts";
+import type { AuthMaterial, Credentials } from "./credentials.ts";
 import { Backoff } from "./backoff.ts";
 import { killProcessGroup, spawnInProcessGroup } from "../runtime/process_groups.ts";
 

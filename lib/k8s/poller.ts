@@ -15,7 +15,7 @@ import {
 } from "./reflector.ts";
 import type { ApiStats } from "./stats.ts";
 import { type ApiTransport, errorChain, listAll, type Logger, silentLogger } from "./transport.ts";
-import type { KubeObject, ObjectStore } from "../source/store.ts";
+import type { KubeObject, ObjectStore } from "./store.ts";
 
 /** Options of {@link Poller}. */
 export interface PollerOptions<T extends KubeObject> {

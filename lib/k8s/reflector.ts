@@ -34,7 +34,7 @@ import {
   NetworkError,
   silentLogger,
 } from "./transport.ts";
-import { type KubeObject, objectKey, ObjectStore, type StoreChange } from "../source/store.ts";
+import { type KubeObject, objectKey, ObjectStore, type StoreChange } from "./store.ts";
 
 /** Which collection to list and watch, and how to recognise its objects. */
 export interface ResourceSpec {

@@ -8,7 +8,8 @@
 import pkg from "../../package.json" with { type: "json" };
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../runtime/fetch_tls.ts";
 import { MAX_API_MESSAGE_BYTES, MessageTooLargeError, readBounded } from "./bounded_read.ts";
-import type { AuthMaterial, RestConfig } from "./kubeconfig.ts";
+import type { AuthMaterial } from "./credentials.ts";
+import type { RestConfig } from "./kubeconfig.ts";
 import type { ObjectList, Status } from "./objects.ts";
 import { TokenBucket } from "./rate_limiter.ts";
 import { type ApiStats, type ApiVerb, ERROR_CODE } from "./stats.ts";

@@ -8,7 +8,7 @@
  * are `null` (an empty featureGates map is reported as nil: the loaded configuration does not keep the
  * difference); TypeMeta is empty after conversion, so `kind` and `apiVersion` are left out.
  */
-import { formatDuration } from "../cli/duration.ts";
+import { formatDuration } from "../config/duration.ts";
 import type { KubeProxyConfiguration, LoggingFormatOptions } from "../config/types.ts";
 
 /** A JSON value built in Go's field order. */

@@ -26,8 +26,8 @@ import { Hono } from "hono";
 import type { Node } from "../k8s/objects.ts";
 import type { CacheStateSource } from "../metrics/edgeproxy.ts";
 import type { Counter } from "../metrics/registry.ts";
-import type { IPFamily } from "../model/types.ts";
-import type { NodeHandler } from "../source/handlers.ts";
+import type { IPFamily } from "../proxy/types.ts";
+import type { NodeHandler } from "../proxy/handlers.ts";
 import { formatRFC3339Nano, goJSON } from "./go_json.ts";
 
 /** Wall clock in ms since the epoch (fraction allowed); injected so tests control time. */
@@ -99,7 +99,7 @@ const FAMILIES: readonly IPFamily[] = ["IPv4", "IPv6"];
 export function nodeEligible(node: Node | null, whenUnknown = false): boolean {
   if (node === null) return whenUnknown;
   if (node.metadata?.deletionTimestamp) return false;
-  // The Node is shape-checked upstream of here (lib/model/node.ts); still, /healthz must never fail with a
+  // The Node is shape-checked upstream of here (lib/source/node_shape.ts); still, /healthz must never fail with a
   // 500 because of object content, so a taints field that is not a list counts as absent.
   const taints: unknown = node.spec?.taints;
   if (!Array.isArray(taints)) return true;

@@ -17,8 +17,8 @@ import {
 } from "../k8s/reflector.ts";
 import { ApiStats } from "../k8s/stats.ts";
 import { type ApiTransport, type Logger, silentLogger } from "../k8s/transport.ts";
-import type { ProxyHandlers } from "./handlers.ts";
-import type { KubeObject, ObjectStore } from "./store.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
+import type { KubeObject, ObjectStore } from "../k8s/store.ts";
 
 /** Options of {@link startApiserverSource}. */
 export interface ApiserverSourceOptions {

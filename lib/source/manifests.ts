@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
 import { PROXY_LABEL_SELECTOR } from "../k8s/objects.ts";
-import type { ProxyHandlers } from "./handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** The kinds this source delivers. */
 export type ManifestKind = "Service" | "EndpointSlice" | "Node";
@@ -128,7 +128,7 @@ function checkObject(
   if (typeof name !== "string" || name === "") {
     return { ok: false, problem: `${kind}: missing metadata.name` };
   }
-  // A Node's fields of the wrong shape are dropped one by one downstream (lib/model/node.ts), for every
+  // A Node's fields of the wrong shape are dropped one by one downstream (lib/source/node_shape.ts), for every
   // source alike; only Services and EndpointSlices need their labels here, for the proxy label selector.
   for (const field of k === "Node" ? [] : ["labels", "annotations"] as const) {
     const m = meta![field];

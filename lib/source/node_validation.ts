@@ -1,16 +1,16 @@
 /**
- * Puts every Node event through the shape check of lib/model/node.ts before it reaches the proxiers and the
+ * Puts every Node event through the shape check of lib/source/node_shape.ts before it reaches the proxiers and the
  * health server, whatever its source (apiserver, manifests, state cache): all of them feed the StateStore,
  * whose downstream this wraps. Services and EndpointSlices pass unchanged; their validation is part of the
- * model conversion (lib/model/service_port.ts, endpoint_slice_cache.ts).
+ * model conversion (lib/proxy/service_port.ts, endpoint_slice_cache.ts).
  *
  * A Node is re-sent on every status update, so a warning is logged once while the same problem persists,
  * not once per event.
  */
 import type { Node } from "../k8s/objects.ts";
-import { sanitizeNode } from "../model/node.ts";
-import type { Warn } from "../model/service_port.ts";
-import type { ProxyHandlers } from "./handlers.ts";
+import { sanitizeNode } from "./node_shape.ts";
+import type { Warn } from "../proxy/service_port.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** `downstream` with every Node it receives shape-checked first. */
 export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): ProxyHandlers {

@@ -1,5 +1,5 @@
 import type { EndpointSlice, Node, ObjectMeta, Service } from "../k8s/objects.ts";
-import type { ProxyHandlers } from "./handlers.ts";
+import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** Where a set of objects came from. The cache is a provisional origin: the first full list of a live source replaces it. */
 export type Origin = "live" | "cache";

@@ -11,10 +11,10 @@ import { existsSync } from "node:fs";
 import process from "node:process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { type ServicePortEndpoints, StaleFlowReconciler } from "../../lib/conntrack/cleanup.ts";
-import { CliConntrackRunner, findConntrackBinary } from "../../lib/conntrack/runner.ts";
-import type { ConntrackFlow } from "../../lib/conntrack/flow.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../lib/model/types.ts";
+import { type ServicePortEndpoints, StaleFlowReconciler } from "../../lib/proxy/conntrack/cleanup.ts";
+import { CliConntrackRunner, findConntrackBinary } from "../../lib/proxy/conntrack/runner.ts";
+import type { ConntrackFlow } from "../../lib/proxy/conntrack/flow.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
 
 const run = promisify(execFile);
 

@@ -16,8 +16,8 @@ import {
   applyOOMScoreAdj,
   ensureRouteLocalnet,
   SYSCTL,
-} from "../../lib/conntrack/setup.ts";
-import { ProcSysctl } from "../../lib/conntrack/sysctl.ts";
+} from "../../lib/host/conntrack_setup.ts";
+import { ProcSysctl } from "../../lib/host/sysctl.ts";
 
 const run = promisify(execFile);
 const skip = process.getuid?.() !== 0 ? "needs root to create a read-only bind mount" : false;

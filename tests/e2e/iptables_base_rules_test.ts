@@ -13,15 +13,15 @@ import {
   type IptablesRunner,
   RestoreError,
   type RestorePayload,
-} from "../../lib/iptables/runner.ts";
+} from "../../lib/proxy/iptables/runner.ts";
 import {
   DEFAULT_ENSURED_JUMP_RULES,
   ensureBaseRulesBatched,
   ensureJumpRules,
-} from "../../lib/iptables/jump_rules.ts";
-import { canaryState, ensureCanary } from "../../lib/iptables/canary.ts";
-import { jumpRuleLine } from "../../lib/iptables/jump_rules_table.ts";
-import { parseIptablesSave } from "../../lib/iptables/save_parse.ts";
+} from "../../lib/proxy/iptables/jump_rules.ts";
+import { canaryState, ensureCanary } from "../../lib/proxy/iptables/canary.ts";
+import { jumpRuleLine } from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
 
 const skip = netnsUnavailableReason();
 if (skip !== "") console.log(`SKIP tests/e2e/iptables_base_rules_test.ts: ${skip} (needs root and ip netns)`);

@@ -6,14 +6,14 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
-import { createIptablesRunner, type IptablesRunner } from "../../lib/iptables/runner.ts";
-import { DEFAULT_ENSURED_JUMP_RULES, ensureJumpRules } from "../../lib/iptables/jump_rules.ts";
-import { canaryFlushed, canaryState, deleteCanary, ensureCanary } from "../../lib/iptables/canary.ts";
-import { DriftTracker } from "../../lib/iptables/drift.ts";
-import { cleanupAllFamilies, cleanupLeftovers } from "../../lib/iptables/cleanup.ts";
-import { jumpRuleLine } from "../../lib/iptables/jump_rules_table.ts";
-import { payloadOf, restorePlanned, splitRestorePayload } from "../../lib/iptables/restore_plan.ts";
-import { kubeChainNames, parseIptablesSave } from "../../lib/iptables/save_parse.ts";
+import { createIptablesRunner, type IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
+import { DEFAULT_ENSURED_JUMP_RULES, ensureJumpRules } from "../../lib/proxy/iptables/jump_rules.ts";
+import { canaryFlushed, canaryState, deleteCanary, ensureCanary } from "../../lib/proxy/iptables/canary.ts";
+import { DriftTracker } from "../../lib/proxy/iptables/drift.ts";
+import { cleanupAllFamilies, cleanupLeftovers } from "../../lib/proxy/iptables/cleanup.ts";
+import { jumpRuleLine } from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { payloadOf, restorePlanned, splitRestorePayload } from "../../lib/proxy/iptables/restore_plan.ts";
+import { kubeChainNames, parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
 
 const skip = netnsUnavailableReason();
 if (skip !== "") console.log(`SKIP tests/e2e/iptables_host_ops_test.ts: ${skip} (needs root and ip netns)`);

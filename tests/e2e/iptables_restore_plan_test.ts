@@ -10,12 +10,12 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
-import { createIptablesRunner, type IptablesRunner } from "../../lib/iptables/runner.ts";
-import { ensureJumpRules } from "../../lib/iptables/jump_rules.ts";
-import { DriftTracker } from "../../lib/iptables/drift.ts";
-import { payloadOf, splitRestorePayload } from "../../lib/iptables/restore_plan.ts";
-import { parseIptablesSave } from "../../lib/iptables/save_parse.ts";
-import { base32Encode } from "../../lib/iptables/chain_names.ts";
+import { createIptablesRunner, type IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
+import { ensureJumpRules } from "../../lib/proxy/iptables/jump_rules.ts";
+import { DriftTracker } from "../../lib/proxy/iptables/drift.ts";
+import { payloadOf, splitRestorePayload } from "../../lib/proxy/iptables/restore_plan.ts";
+import { parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
+import { base32Encode } from "../../lib/proxy/iptables/chain_names.ts";
 import { createHash } from "node:crypto";
 
 const skip = netnsUnavailableReason();

@@ -13,10 +13,10 @@ import {
   netnsUnavailableReason,
 } from "../support/netns.ts";
 import { type EchoReply, echoRequest, startEchoServer } from "../support/echo_server.ts";
-import { createIptablesRunner, type IptablesRunner, RestoreError } from "../../lib/iptables/runner.ts";
-import { ensureJumpRules } from "../../lib/iptables/jump_rules.ts";
-import { payloadOf, splitRestorePayload } from "../../lib/iptables/restore_plan.ts";
-import { parseIptablesSave } from "../../lib/iptables/save_parse.ts";
+import { createIptablesRunner, type IptablesRunner, RestoreError } from "../../lib/proxy/iptables/runner.ts";
+import { ensureJumpRules } from "../../lib/proxy/iptables/jump_rules.ts";
+import { payloadOf, splitRestorePayload } from "../../lib/proxy/iptables/restore_plan.ts";
+import { parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
 
 const skip = netnsUnavailableReason();
 if (skip !== "") console.log(`SKIP tests/e2e/iptables_traffic_test.ts: ${skip} (needs root and ip netns)`);

@@ -9,23 +9,23 @@
  *    renderIptablesRules that tracks changed services and full/partial syncs like upstream;
  *  - golden helpers (upstream goldens use the fake mark 0x4000; dedent; a line diff).
  */
-import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../../lib/model/types.ts";
-import { servicePortKey } from "../../lib/model/types.ts";
-import { type ParsedRule, parseRule } from "../../lib/iptables/canonical.ts";
+import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
+import { type ParsedRule, parseRule } from "./iptables_canonical.ts";
 import {
   IPTABLES_JUMP_RULES,
   IPTABLES_KUBELET_JUMP_RULES,
   type JumpRule,
   jumpRuleLine,
-} from "../../lib/iptables/jump_rules_table.ts";
-import { cidrContains, parseCIDR, parseIP } from "../../lib/iptables/render_ip.ts";
+} from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { cidrContains, parseCIDR, parseIP } from "../../lib/net/ip.ts";
 import {
   type RenderInput,
   renderIptablesRules,
   type RenderResult,
   type RenderState,
-} from "../../lib/iptables/render.ts";
-import { type LocalTrafficDetector, newDetectLocalByCIDR } from "../../lib/iptables/local_detector.ts";
+} from "../../lib/proxy/iptables/render/render.ts";
+import { type LocalTrafficDetector, newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
 
 const BUILTIN_CHAINS: Readonly<Record<string, readonly string[]>> = {
   filter: ["INPUT", "FORWARD", "OUTPUT"],

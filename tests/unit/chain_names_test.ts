@@ -10,7 +10,7 @@ import {
   servicePortEndpointChain,
   servicePortPolicyClusterChain,
   servicePortPolicyLocalChain,
-} from "../../lib/iptables/chain_names.ts";
+} from "../../lib/proxy/iptables/chain_names.ts";
 
 const enc = (s: string) => new TextEncoder().encode(s);
 

@@ -7,7 +7,7 @@ import {
   defaultOptions,
   defaultServerAddresses,
 } from "../../lib/config/defaults.ts";
-import { parseDuration } from "../../lib/cli/duration.ts";
+import { parseDuration } from "../../lib/config/duration.ts";
 import { parseConfig } from "../../lib/config/load.ts";
 
 const d = parseDuration;

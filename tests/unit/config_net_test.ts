@@ -10,7 +10,7 @@ import {
   parseIP,
   parseIPLegacy,
   splitHostPort,
-} from "../../lib/config/net.ts";
+} from "../../lib/net/go_net.ts";
 
 describe("parseIP (Go net.ParseIP, normalised like IP.String)", () => {
   const ok: Array<[string, string]> = [

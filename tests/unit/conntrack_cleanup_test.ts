@@ -12,10 +12,14 @@ import {
   servicePortFrontends,
   staleFlowFilters,
   StaleFlowReconciler,
-} from "../../lib/conntrack/cleanup.ts";
-import { type ConntrackDeleteFilter, type ConntrackFlow, filterMatches } from "../../lib/conntrack/flow.ts";
-import type { ConntrackRunner } from "../../lib/conntrack/runner.ts";
-import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../../lib/model/types.ts";
+} from "../../lib/proxy/conntrack/cleanup.ts";
+import {
+  type ConntrackDeleteFilter,
+  type ConntrackFlow,
+  filterMatches,
+} from "../../lib/proxy/conntrack/flow.ts";
+import type { ConntrackRunner } from "../../lib/proxy/conntrack/runner.ts";
+import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";
 
 function svc(
   name: string,

@@ -8,7 +8,7 @@ import {
   listArgs,
   parseConntrackLine,
   parseConntrackOutput,
-} from "../../lib/conntrack/flow.ts";
+} from "../../lib/proxy/conntrack/flow.ts";
 
 const EXTENDED_V4 =
   "ipv4     2 udp      17 99 src=10.0.0.1 dst=10.96.0.10 sport=40000 dport=53 [UNREPLIED] src=10.244.1.5 dst=10.0.0.1 sport=5353 dport=40000 mark=0 use=1";

@@ -7,8 +7,8 @@ import assert from "node:assert/strict";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CliConntrackRunner, findConntrackBinary } from "../../lib/conntrack/runner.ts";
-import type { ConntrackDeleteFilter } from "../../lib/conntrack/flow.ts";
+import { CliConntrackRunner, findConntrackBinary } from "../../lib/proxy/conntrack/runner.ts";
+import type { ConntrackDeleteFilter } from "../../lib/proxy/conntrack/flow.ts";
 
 let dir = "";
 let bin = "";

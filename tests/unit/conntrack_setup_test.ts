@@ -15,14 +15,14 @@ import {
   type ConntrackSettings,
   ensureRouteLocalnet,
   SYSCTL,
-} from "../../lib/conntrack/setup.ts";
+} from "../../lib/host/conntrack_setup.ts";
 import {
   ensureSysctl,
   isUnavailableError,
   ProcSysctl,
   type Sysctl,
   SysctlError,
-} from "../../lib/conntrack/sysctl.ts";
+} from "../../lib/host/sysctl.ts";
 
 /** Upstream defaults: maxPerCore 32768, min 131072, 24h, 1h, false, 0s, 0s. */
 const DEFAULTS: ConntrackSettings = {

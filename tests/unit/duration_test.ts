@@ -6,7 +6,7 @@ import {
   formatDurationNs,
   parseDuration,
   parseDurationNs,
-} from "../../lib/cli/duration.ts";
+} from "../../lib/config/duration.ts";
 
 const NS = 1n;
 const US = 1000n * NS;

@@ -7,9 +7,9 @@ import {
   listedRuleMatches,
   planBaseRules,
   targetsToProbe,
-} from "../../lib/iptables/jump_rules.ts";
-import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../lib/iptables/jump_rules_table.ts";
-import type { ExecResult, IptablesRunner, RestorePayload } from "../../lib/iptables/runner.ts";
+} from "../../lib/proxy/iptables/jump_rules.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../lib/proxy/iptables/jump_rules_table.ts";
+import type { ExecResult, IptablesRunner, RestorePayload } from "../../lib/proxy/iptables/runner.ts";
 
 const CANARY_TABLES = ["mangle", "nat", "filter"] as const;
 

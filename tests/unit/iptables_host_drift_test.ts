@@ -6,10 +6,10 @@ import {
   type DriftExpectation,
   DriftTracker,
   hasJumpRule,
-} from "../../lib/iptables/drift.ts";
-import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../lib/iptables/jump_rules_table.ts";
-import { parseIptablesSave } from "../../lib/iptables/save_parse.ts";
-import type { ExecResult, IptablesRunner } from "../../lib/iptables/runner.ts";
+} from "../../lib/proxy/iptables/drift.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
+import type { ExecResult, IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
 
 const PAYLOAD_FULL = [
   "*filter",

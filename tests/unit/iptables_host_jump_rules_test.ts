@@ -4,10 +4,10 @@ import {
   DEFAULT_ENSURED_JUMP_RULES,
   deleteJumpRule,
   ensureJumpRules,
-} from "../../lib/iptables/jump_rules.ts";
-import { IPTABLES_JUMP_RULES, jumpRuleArgs } from "../../lib/iptables/jump_rules_table.ts";
-import { splitRuleWords } from "../../lib/iptables/cleanup.ts";
-import type { ExecResult, IptablesRunner } from "../../lib/iptables/runner.ts";
+} from "../../lib/proxy/iptables/jump_rules.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleArgs } from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { splitRuleWords } from "../../lib/proxy/iptables/cleanup.ts";
+import type { ExecResult, IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
 
 /**
  * A tiny in-memory `iptables` for -N, -C, -I, -D with upstream's argv layout

@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { isNotFoundError, parseRestoreFailure, RestoreError } from "../../lib/iptables/runner.ts";
+import { isNotFoundError, parseRestoreFailure, RestoreError } from "../../lib/proxy/iptables/runner.ts";
 
 // stderr texts captured from iptables 1.8.9 (nf_tables and legacy) on Debian 12.
 const WAIT_NOISE = "Ignoring deprecated --wait-interval option.\n";

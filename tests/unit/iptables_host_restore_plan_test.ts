@@ -12,7 +12,7 @@ import {
   singleTransactionPlan,
   splitRestorePayload,
   UnplannablePayloadError,
-} from "../../lib/iptables/restore_plan.ts";
+} from "../../lib/proxy/iptables/restore_plan.ts";
 
 /** Shape of one synthetic Service in a sync. */
 interface SynthService {

@@ -6,7 +6,7 @@ import {
   iptablesRestoreWaitFlags,
   iptablesWaitFlags,
   parseIptablesVersion,
-} from "../../lib/iptables/version.ts";
+} from "../../lib/proxy/iptables/version.ts";
 
 describe("parseIptablesVersion", () => {
   it("reads version and nf_tables backend", () => {

@@ -4,7 +4,7 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createIptablesRunner, RestoreError } from "../../lib/iptables/runner.ts";
+import { createIptablesRunner, RestoreError } from "../../lib/proxy/iptables/runner.ts";
 import { killProcessGroups } from "../../lib/runtime/process_groups.ts";
 
 function running(pid: number): boolean {

@@ -24,7 +24,7 @@ import {
   SERVICES_RESOURCE,
 } from "../../lib/k8s/reflector.ts";
 import { Poller } from "../../lib/k8s/poller.ts";
-import { type KubeObject, objectKey } from "../../lib/source/store.ts";
+import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 /** A backoff this long never ends within a test: a reconnect that happens went around it. */
 const NO_BACKOFF: ReflectorTimings = {

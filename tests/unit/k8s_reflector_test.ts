@@ -22,7 +22,7 @@ import {
   type ResourceSpec,
   SERVICES_RESOURCE,
 } from "../../lib/k8s/reflector.ts";
-import { type KubeObject, objectKey } from "../../lib/source/store.ts";
+import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 const FAST: ReflectorTimings = {
   backoff: { initialMs: 20, maxMs: 200, resetAfterMs: 2000 },

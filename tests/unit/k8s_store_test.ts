@@ -1,7 +1,7 @@
 /** The pure pieces under the reflector: the object store's diff, backoff, the token bucket, stats. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { type KubeObject, objectKey, ObjectStore } from "../../lib/source/store.ts";
+import { type KubeObject, objectKey, ObjectStore } from "../../lib/k8s/store.ts";
 import { Backoff, sleep } from "../../lib/k8s/backoff.ts";
 import { TokenBucket } from "../../lib/k8s/rate_limiter.ts";
 import { ApiStats, ERROR_CODE } from "../../lib/k8s/stats.ts";

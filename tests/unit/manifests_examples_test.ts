@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseManifestText, startManifestsSource } from "../../lib/source/manifests.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
 
 const SITE = new URL("../../examples/edge-site", import.meta.url).pathname;

@@ -4,7 +4,7 @@ import { mkdtemp, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startManifestsSource } from "../../lib/source/manifests.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
 import { StateStore } from "../../lib/source/state_store.ts";
 

@@ -9,11 +9,11 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { Proxier, type ProxierHost } from "../../lib/proxier/proxier.ts";
+import { Proxier, type ProxierHost } from "../../lib/proxy/iptables/proxier.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { newDetectLocalByCIDR } from "../../lib/iptables/local_detector.ts";
+import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
 import { startManifestsSource } from "../../lib/source/manifests.ts";
 import { StateStore } from "../../lib/source/state_store.ts";
 

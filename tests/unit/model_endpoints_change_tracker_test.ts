@@ -1,10 +1,10 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../lib/k8s/objects.ts";
-import { EndpointsChangeTracker, EndpointsMap } from "../../lib/model/endpoints_change_tracker.ts";
-import { sameValue } from "../../lib/model/endpoint_slice_cache.ts";
-import type { IPFamily } from "../../lib/model/types.ts";
-import { servicePortKey } from "../../lib/model/types.ts";
+import { EndpointsChangeTracker, EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
+import { sameValue } from "../../lib/proxy/endpoint_slice_cache.ts";
+import type { IPFamily } from "../../lib/proxy/types.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
 
 const NODE = "test-node";
 

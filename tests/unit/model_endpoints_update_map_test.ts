@@ -7,7 +7,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../lib/k8s/objects.ts";
-import { EndpointsChangeTracker, EndpointsMap } from "../../lib/model/endpoints_change_tracker.ts";
+import { EndpointsChangeTracker, EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
 
 const testHostname = "test-hostname";
 

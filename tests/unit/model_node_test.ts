@@ -1,9 +1,9 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
-import { sanitizeNode } from "../../lib/model/node.ts";
+import { sanitizeNode } from "../../lib/source/node_shape.ts";
 import { withNodeValidation } from "../../lib/source/node_validation.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 
 const GOOD: Node = {
   metadata: {

@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Service, ServicePortSpec } from "../../lib/k8s/objects.ts";
-import { ServiceChangeTracker, ServicePortMap } from "../../lib/model/service_change_tracker.ts";
+import { ServiceChangeTracker, ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
 
 type Spec = NonNullable<Service["spec"]>;
 

@@ -1,8 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Service } from "../../lib/k8s/objects.ts";
-import { formatValue, objectRef, servicePortsFromService } from "../../lib/model/service_port.ts";
-import type { IPFamily, ServicePortInfo } from "../../lib/model/types.ts";
+import { formatValue, objectRef, servicePortsFromService } from "../../lib/proxy/service_port.ts";
+import type { IPFamily, ServicePortInfo } from "../../lib/proxy/types.ts";
 
 type Spec = NonNullable<Service["spec"]>;
 

@@ -1,9 +1,9 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { nonSpecialIPProblem } from "../../lib/model/special_ip.ts";
-import { servicePortsFromService } from "../../lib/model/service_port.ts";
-import { endpointSliceDataFromSlice } from "../../lib/model/endpoint_slice_cache.ts";
+import { nonSpecialIPProblem } from "../../lib/net/special_ip.ts";
+import { servicePortsFromService } from "../../lib/proxy/service_port.ts";
+import { endpointSliceDataFromSlice } from "../../lib/proxy/endpoint_slice_cache.ts";
 
 describe("nonSpecialIPProblem (upstream ValidateNonSpecialIP)", () => {
   it("refuses unspecified, loopback, link-local and link-local multicast addresses of both families", () => {

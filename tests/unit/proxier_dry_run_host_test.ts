@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createDryRunHost } from "../../lib/proxier/dry_run_host.ts";
+import { createDryRunHost } from "../../lib/proxy/iptables/dry_run_host.ts";
 
 test("dry-run host prints a chunked payload chunk by chunk, same text as the joined payload", async () => {
   const chunks = ["*nat\n:KUBE-SERVICES - [0:0]\n", "-A KUBE-SERVICES -j RETURN\nCOMMIT\n"];

@@ -1,12 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { Proxier, type ProxierHost } from "../../lib/proxier/proxier.ts";
+import { Proxier, type ProxierHost } from "../../lib/proxy/iptables/proxier.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { newDetectLocalByCIDR } from "../../lib/iptables/local_detector.ts";
-import type { OwnedRules } from "../../lib/iptables/owned_rules.ts";
+import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
+import type { OwnedRules } from "../../lib/proxy/iptables/owned_rules.ts";
 
 const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 

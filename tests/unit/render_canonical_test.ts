@@ -7,7 +7,7 @@ import {
   parseIptablesDump,
   parseRule,
   sortIptablesRules,
-} from "../../lib/iptables/canonical.ts";
+} from "../support/iptables_canonical.ts";
 import { dedent } from "../support/tracer.ts";
 
 describe("sortIptablesRules (upstream TestSortIPTablesRules)", () => {

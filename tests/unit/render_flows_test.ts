@@ -4,8 +4,8 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { newNoOpLocalDetector } from "../../lib/iptables/local_detector.ts";
-import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../lib/model/types.ts";
+import { newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
+import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../lib/proxy/types.ts";
 import {
   checkPacketFlows,
   type EndpointFixture,

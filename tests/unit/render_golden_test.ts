@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { checkIptablesRuleJumps, countRules, sortIptablesRules } from "../../lib/iptables/canonical.ts";
-import { newNoOpLocalDetector } from "../../lib/iptables/local_detector.ts";
-import { renderIptablesRules } from "../../lib/iptables/render.ts";
+import { checkIptablesRuleJumps, countRules, sortIptablesRules } from "../support/iptables_canonical.ts";
+import { newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
+import { renderIptablesRules } from "../../lib/proxy/iptables/render/render.ts";
 import {
   checkPacketFlows,
   dedent,

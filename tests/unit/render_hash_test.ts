@@ -2,8 +2,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { sha256, sha256Base32Prefix16 } from "../../lib/iptables/render_hash.ts";
-import { base32Encode } from "../../lib/iptables/chain_names.ts";
+import { sha256, sha256Base32Prefix16 } from "../../lib/util/sha256.ts";
+import { base32Encode } from "../../lib/proxy/iptables/chain_names.ts";
 
 const hex = (b: Uint8Array) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 

@@ -5,12 +5,21 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { type RenderInput, renderIptablesRules, type RenderResult } from "../../lib/iptables/render.ts";
-import { deleteLine, diffBlock, insertLine, type TableEdits } from "../../lib/iptables/render_incremental.ts";
-import { renderStateSize } from "../../lib/iptables/render_state.ts";
-import { splitWords } from "../../lib/iptables/canonical.ts";
-import type { EndpointInfo, Protocol, ServicePortInfo } from "../../lib/model/types.ts";
-import { servicePortKey } from "../../lib/model/types.ts";
+import {
+  type RenderInput,
+  renderIptablesRules,
+  type RenderResult,
+} from "../../lib/proxy/iptables/render/render.ts";
+import {
+  deleteLine,
+  diffBlock,
+  insertLine,
+  type TableEdits,
+} from "../../lib/proxy/iptables/render/incremental.ts";
+import { renderStateSize } from "../../lib/proxy/iptables/render/state.ts";
+import { splitWords } from "../support/iptables_canonical.ts";
+import type { EndpointInfo, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
 import {
   FakeIptables,
   FakeProxier,

@@ -1,25 +1,33 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { computeProbability, formatFixed10, probability } from "../../lib/iptables/probability.ts";
-import { masqueradeMark, type RenderInput, renderIptablesRules } from "../../lib/iptables/render.ts";
+import {
+  computeProbability,
+  formatFixed10,
+  probability,
+} from "../../lib/proxy/iptables/render/probability.ts";
+import {
+  masqueradeMark,
+  type RenderInput,
+  renderIptablesRules,
+} from "../../lib/proxy/iptables/render/render.ts";
 import {
   localDetectorFor,
   newDetectLocalByBridgeInterface,
   newDetectLocalByCIDR,
   newDetectLocalByInterfaceNamePrefix,
   newNoOpLocalDetector,
-} from "../../lib/iptables/local_detector.ts";
-import { newNodePortAddresses } from "../../lib/iptables/nodeport_addresses.ts";
+} from "../../lib/proxy/iptables/local_detector.ts";
+import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
 import {
   IPTABLES_JUMP_RULES,
   IPTABLES_KUBELET_JUMP_RULES,
   jumpRuleArgs,
   jumpRuleLine,
-} from "../../lib/iptables/jump_rules_table.ts";
-import { formatCIDR, formatIP, parseCIDR, parseIP, parseIPOfFamily } from "../../lib/iptables/render_ip.ts";
-import { servicePortKey } from "../../lib/model/types.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../lib/model/types.ts";
+} from "../../lib/proxy/iptables/jump_rules_table.ts";
+import { formatCIDR, formatIP, parseCIDR, parseIP, parseIPOfFamily } from "../../lib/net/ip.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
 import {
   checkPacketFlows,
   FakeIptables,

@@ -7,12 +7,16 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { type RenderInput, renderIptablesRules, type RenderResult } from "../../lib/iptables/render.ts";
-import { SharedChainPositions } from "../../lib/iptables/render_positions.ts";
-import { SHARED_CHAIN_COUNT } from "../../lib/iptables/render_shared.ts";
-import type { EndpointInfo, Protocol, ServicePortInfo } from "../../lib/model/types.ts";
-import { servicePortKey } from "../../lib/model/types.ts";
-import { newNoOpLocalDetector } from "../../lib/iptables/local_detector.ts";
+import {
+  type RenderInput,
+  renderIptablesRules,
+  type RenderResult,
+} from "../../lib/proxy/iptables/render/render.ts";
+import { SharedChainPositions } from "../../lib/proxy/iptables/render/positions.ts";
+import { SHARED_CHAIN_COUNT } from "../../lib/proxy/iptables/render/shared_chains.ts";
+import type { EndpointInfo, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
+import { newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
 import { fakeProxierDefaults, makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
 
 function sortEndpoints(eps: EndpointInfo[]): EndpointInfo[] {

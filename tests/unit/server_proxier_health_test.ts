@@ -11,7 +11,7 @@ import {
   type ProxyHealthServerOptions,
 } from "../../lib/server/proxier_health.ts";
 import { serveApp, type ServedApp } from "../../lib/runtime/serve.ts";
-import { sanitizeNode } from "../../lib/model/node.ts";
+import { sanitizeNode } from "../../lib/source/node_shape.ts";
 
 /** A clock the test moves by hand. */
 function fakeClock(start: number) {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createShutdownSignals, type ShutdownEnv } from "../../lib/shutdown.ts";
+import { createShutdownSignals, type ShutdownEnv } from "../../lib/app/shutdown.ts";
 
 function fakeEnv(backstopMs = 50) {
   const handlers = new Map<string, () => void>();

@@ -13,9 +13,9 @@ import { loadRestConfig } from "../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, type Logger } from "../../lib/k8s/transport.ts";
 import { ApiStats } from "../../lib/k8s/stats.ts";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 import { startApiserverSource } from "../../lib/source/apiserver.ts";
-import { type KubeObject, objectKey } from "../../lib/source/store.ts";
+import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 class Handlers implements ProxyHandlers {
   services = new Map<string, Service>();

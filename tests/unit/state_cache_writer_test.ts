@@ -4,7 +4,7 @@ import { chmod, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 import { encodeState, STATE_FILE, writeStateCache } from "../../lib/source/state_cache.ts";
 import { StateCacheWriter } from "../../lib/source/state_cache_writer.ts";
 import { StateStore } from "../../lib/source/state_store.ts";

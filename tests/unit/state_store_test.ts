@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Node, Service } from "../../lib/k8s/objects.ts";
-import type { ProxyHandlers } from "../../lib/source/handlers.ts";
+import type { ProxyHandlers } from "../../lib/proxy/handlers.ts";
 import { StateStore } from "../../lib/source/state_store.ts";
 
 function recorder(): { events: string[]; handlers: ProxyHandlers } {

@@ -7,7 +7,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock } from "../../lib/runtime/clock.ts";
-import { BoundedFrequencyRunner } from "../../lib/sync/bounded_frequency_runner.ts";
+import { BoundedFrequencyRunner } from "../../lib/proxy/runner/bounded_frequency_runner.ts";
 
 const minInterval = 1000;
 const maxInterval = 10_000;

@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock, RealClock } from "../../lib/runtime/clock.ts";
-import { TokenBucket } from "../../lib/sync/token_bucket.ts";
+import { TokenBucket } from "../../lib/proxy/runner/token_bucket.ts";
 
 describe("FakeClock", () => {
   it("fires due timers in due order, reading each timer's due time", () => {

@@ -5,8 +5,8 @@ import {
   LABEL_TOPOLOGY_ZONE,
   usesClusterEndpoints,
   usesLocalEndpoints,
-} from "../../lib/model/topology.ts";
-import type { EndpointInfo } from "../../lib/model/types.ts";
+} from "../../lib/proxy/topology.ts";
+import type { EndpointInfo } from "../../lib/proxy/types.ts";
 import { makeEndpoint, makeServicePort, type ServicePortFixture, TEST_NODE_NAME } from "../support/tracer.ts";
 
 const ZONE_A = { [LABEL_TOPOLOGY_ZONE]: "zone-a" };

@@ -1,0 +1,109 @@
+/**
+ * The last known copy of every object of one resource, keyed by "namespace/name" (or "name" when
+ * cluster-scoped), and the pure diff logic that turns lists and watch events into add/update/delete
+ * changes. Shared by the watch reflector and the poller so both emit exactly the same events for the
+ * same server state. No I/O, no clock.
+ */
+import type { ObjectMeta } from "./objects.ts";
+
+/** Anything with Kubernetes metadata. */
+export interface KubeObject {
+  kind?: string;
+  metadata?: ObjectMeta;
+}
+
+/** One change to hand to the handlers. */
+export type StoreChange<T> =
+  | { type: "add"; object: T }
+  | { type: "update"; old: T; object: T }
+  | { type: "delete"; object: T };
+
+/** "namespace/name", or "name" for cluster-scoped objects (client-go's MetaNamespaceKeyFunc). */
+export function objectKey(obj: KubeObject): string {
+  const m = obj.metadata ?? {};
+  return m.namespace ? `${m.namespace}/${m.name ?? ""}` : `${m.name ?? ""}`;
+}
+
+/** Keyed store of the last object seen for each key. */
+export class ObjectStore<T extends KubeObject> {
+  readonly #items = new Map<string, T>();
+
+  /** Number of objects held. */
+  get size(): number {
+    return this.#items.size;
+  }
+
+  /** The object under `key`, if any. */
+  get(key: string): T | undefined {
+    return this.#items.get(key);
+  }
+
+  /** Every key, sorted. */
+  keys(): string[] {
+    return [...this.#items.keys()].sort();
+  }
+
+  /** Every object, sorted by key. */
+  list(): T[] {
+    return this.keys().map((k) => this.#items.get(k)!);
+  }
+
+  /** Drops everything (no changes reported). */
+  clear(): void {
+    this.#items.clear();
+  }
+
+  /**
+   * Makes the store equal to a complete list and returns what changed: adds and updates in list order, then
+   * deletes in key order. An object whose resourceVersion is unchanged is not reported. When a key appears
+   * twice in `items`, the later copy wins.
+   */
+  replace(items: readonly T[]): StoreChange<T>[] {
+    const incoming = new Map<string, T>();
+    for (const it of items) incoming.set(objectKey(it), it);
+    const changes: StoreChange<T>[] = [];
+    for (const [key, obj] of incoming) {
+      const old = this.#items.get(key);
+      if (!old) changes.push({ type: "add", object: obj });
+      else if (!sameVersion(old, obj)) changes.push({ type: "update", old, object: obj });
+    }
+    for (const key of this.keys()) {
+      if (!incoming.has(key)) {
+        changes.push({ type: "delete", object: this.#items.get(key)! });
+        this.#items.delete(key);
+      }
+    }
+    for (const [key, obj] of incoming) this.#items.set(key, obj);
+    return changes;
+  }
+
+  /**
+   * Applies one watch event and returns the resulting change, or null when it changes nothing (an ADDED or
+   * MODIFIED carrying the resourceVersion already held, a DELETED for an unknown key). ADDED for a known key
+   * becomes an update and MODIFIED for an unknown key an add, so replays after a reconnect never duplicate.
+   */
+  apply(type: "ADDED" | "MODIFIED" | "DELETED", obj: T): StoreChange<T> | null {
+    const key = objectKey(obj);
+    const old = this.#items.get(key);
+    if (type === "DELETED") {
+      if (!old) return null;
+      this.#items.delete(key);
+      return { type: "delete", object: obj };
+    }
+    this.#items.set(key, obj);
+    if (!old) return { type: "add", object: obj };
+    if (sameVersion(old, obj)) {
+      this.#items.set(key, old);
+      return null;
+    }
+    return { type: "update", old, object: obj };
+  }
+}
+
+function sameVersion(a: KubeObject, b: KubeObject): boolean {
+  const ra = a.metadata?.resourceVersion;
+  const rb = b.metadata?.resourceVersion;
+  // Objects without a resourceVersion (hand-written lists) compare by content instead.
+  if (ra === undefined || rb === undefined) return JSON.stringify(a) === JSON.stringify(b);
+  return ra === rb && a.metadata?.uid === b.metadata?.uid;
+}

@@ -1,0 +1,406 @@
+/**
+ * EndpointSlice cache (upstream pkg/proxy/endpointslicecache.go): the slices of every Service, as applied
+ * by the proxier plus pending updates not yet applied. Endpoints move between slices, so slices are kept
+ * per Service and per slice name, and a Service's endpoints are always the merge of all its slices.
+ *
+ * Each slice is validated and reduced to what the proxier uses when it arrives (so a warning is logged
+ * once per event), and change detection compares those reductions: an update that changes nothing the
+ * proxier uses (resourceVersion, targetRef, ...) is not a change. Checking out pending changes costs
+ * O(slices of the changed Services).
+ */
+import type { EndpointSlice } from "../k8s/objects.ts";
+import { LABEL_SERVICE_NAME } from "../k8s/objects.ts";
+import {
+  type EndpointInfo,
+  type IPFamily,
+  type Protocol,
+  servicePortKey,
+  type ServicePortName,
+} from "./types.ts";
+import { compareEndpoints, type EndpointFields, newEndpointInfo } from "./endpoints.ts";
+import {
+  formatValue,
+  ipFamilyOf,
+  isDNSLabel,
+  isPortNumber,
+  objectRef,
+  parseIP,
+  type Warn,
+} from "./service_port.ts";
+import { nonSpecialIPProblem } from "../net/special_ip.ts";
+
+/** One port of a slice, validated: `name` is "" when unnamed, protocol defaults to TCP. */
+export interface EndpointSlicePort {
+  readonly name: string;
+  readonly port: number;
+  readonly protocol: Protocol;
+}
+
+/** What the proxier keeps of one EndpointSlice (upstream endpointSliceInfo). */
+export interface EndpointSliceData {
+  /** Sorted by port number, then name, then protocol. */
+  readonly ports: readonly EndpointSlicePort[];
+  /** Valid endpoints only, in slice order. */
+  readonly endpoints: readonly EndpointFields[];
+}
+
+/** The endpoints of one ServicePort, merged over all slices of its Service. */
+export interface ServicePortEndpoints {
+  readonly name: ServicePortName;
+  /** Sorted by "ip:port"; never empty. */
+  readonly endpoints: readonly EndpointInfo[];
+}
+
+/** The endpoints of one Service, keyed by servicePortKey. */
+export type ServiceEndpoints = Map<string, ServicePortEndpoints>;
+
+/** The change of one Service's endpoints between two checkouts. */
+export interface EndpointsChange {
+  /** "ns/name" of the Service. */
+  readonly service: string;
+  readonly previous: ServiceEndpoints;
+  readonly current: ServiceEndpoints;
+}
+
+/** Where a slice belongs: its Service ("ns/name") and its own name. */
+export interface EndpointSliceKeys {
+  readonly namespace: string;
+  readonly serviceName: string;
+  readonly sliceName: string;
+}
+
+interface SliceEntry {
+  readonly data: EndpointSliceData;
+}
+
+interface ServiceTracker {
+  readonly namespace: string;
+  readonly name: string;
+  readonly applied: Map<string, SliceEntry>;
+  /** null marks a pending removal. Only entries that differ from `applied` are kept. */
+  readonly pending: Map<string, SliceEntry | null>;
+  /** Endpoints computed from `applied` at the last checkout. */
+  appliedEndpoints: ServiceEndpoints;
+}
+
+/** Equal slice states (null = absent), compared by value without keeping a text copy per slice. */
+function sameEntry(a: SliceEntry | null, b: SliceEntry | null): boolean {
+  if (a === null || b === null) return a === b;
+  return sameValue(a.data, b.data);
+}
+
+/**
+ * Structural equality of the plain data endpointSliceDataFromSlice builds (objects, arrays, strings,
+ * numbers, booleans, null): same keys in the same order and equal values, as comparing their JSON would.
+ */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const bb = b as unknown[];
+    if (a.length !== bb.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameValue(a[i], bb[i])) return false;
+    return true;
+  }
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  for (let i = 0; i < ka.length; i++) {
+    if (ka[i] !== kb[i]) return false;
+    if (!sameValue((a as Record<string, unknown>)[ka[i]], (b as Record<string, unknown>)[kb[i]])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/** Options of an EndpointSliceCache. */
+export interface EndpointSliceCacheOptions {
+  /** This proxy's node name; endpoints with this nodeName are local. */
+  readonly nodeName: string;
+  /** The family of the proxier; addresses of the other family are skipped. */
+  readonly ipFamily: IPFamily;
+  readonly warn: Warn;
+}
+
+const PROTOCOLS: ReadonlySet<string> = new Set(["TCP", "UDP", "SCTP"]);
+const SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/**
+ * The Service and slice name of `slice` (upstream endpointSliceCacheKeys), or a problem description.
+ * The Service name must be a DNS label, since it becomes part of ServicePort names in rules.
+ */
+export function endpointSliceKeys(slice: EndpointSlice): EndpointSliceKeys | string {
+  const meta = isObject(slice) && isObject(slice.metadata) ? slice.metadata : undefined;
+  if (meta === undefined) return "metadata: missing";
+  const { namespace, name } = meta;
+  if (!isDNSLabel(namespace)) {
+    return `metadata.namespace: must be a DNS label (got ${formatValue(namespace)})`;
+  }
+  if (typeof name !== "string" || name.length > 253 || !SUBDOMAIN.test(name)) {
+    return `metadata.name: must be a DNS subdomain (got ${formatValue(name)})`;
+  }
+  const labels = isObject(meta.labels) ? meta.labels : {};
+  const serviceName = labels[LABEL_SERVICE_NAME];
+  if (serviceName === undefined || serviceName === "") {
+    return `metadata.labels["${LABEL_SERVICE_NAME}"]: missing`;
+  }
+  if (!isDNSLabel(serviceName)) {
+    return `metadata.labels["${LABEL_SERVICE_NAME}"]: must be a DNS label (got ${formatValue(serviceName)})`;
+  }
+  return { namespace, serviceName, sliceName: name };
+}
+
+function hintNames(list: unknown): string[] | null {
+  if (!Array.isArray(list) || list.length === 0) return null;
+  const names = new Set<string>();
+  for (const h of list) if (isObject(h) && typeof h.name === "string") names.add(h.name);
+  return [...names].sort();
+}
+
+/**
+ * Validates and reduces an EndpointSlice (upstream newEndpointSliceInfo). Invalid ports and endpoints
+ * are dropped one by one, each with one warning naming the slice; the rest of the slice is kept.
+ */
+export function endpointSliceDataFromSlice(
+  slice: EndpointSlice,
+  family: IPFamily,
+  warn: Warn,
+): EndpointSliceData {
+  const ref = objectRef(slice.metadata?.namespace, slice.metadata?.name);
+  const ports: EndpointSlicePort[] = [];
+  const rawPorts = slice.ports ?? [];
+  if (!Array.isArray(rawPorts)) {
+    warn(`ignoring ports of EndpointSlice ${ref}: must be a list (got ${formatValue(rawPorts)})`);
+  } else {
+    const seen = new Set<string>();
+    rawPorts.forEach((p: unknown, i) => {
+      const skip = (why: string) => warn(`ignoring ports[${i}] of EndpointSlice ${ref}: ${why}`);
+      if (!isObject(p)) return skip(`must be an object (got ${formatValue(p)})`);
+      // The brief differs from upstream here: upstream skips a port whose name is nil; we read it as "".
+      const name = p.name ?? "";
+      if (name !== "" && !isDNSLabel(name)) {
+        return skip(`name: must be a DNS label (got ${formatValue(name)})`);
+      }
+      // Upstream skips ports with a nil or zero port ("TODO: handle nil ports to mean all").
+      if (!isPortNumber(p.port)) return skip(`port: must be 1-65535 (got ${formatValue(p.port)})`);
+      const protocol = p.protocol ?? "TCP";
+      if (typeof protocol !== "string" || !PROTOCOLS.has(protocol)) {
+        return skip(`protocol: must be TCP, UDP or SCTP (got ${formatValue(protocol)})`);
+      }
+      const key = `${name}/${protocol}`;
+      if (seen.has(key)) return skip(`duplicate port ${formatValue(name)}/${protocol}`);
+      seen.add(key);
+      ports.push({ name: name as string, port: p.port, protocol: protocol as Protocol });
+    });
+  }
+  ports.sort((a, b) =>
+    a.port - b.port || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) ||
+    (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0)
+  );
+
+  const endpoints: EndpointFields[] = [];
+  const rawEndpoints = slice.endpoints ?? [];
+  if (!Array.isArray(rawEndpoints)) {
+    warn(`ignoring endpoints of EndpointSlice ${ref}: must be a list (got ${formatValue(rawEndpoints)})`);
+  } else {
+    rawEndpoints.forEach((ep: unknown, i) => {
+      const skip = (why: string) => warn(`ignoring endpoints[${i}] of EndpointSlice ${ref}: ${why}`);
+      if (!isObject(ep)) return skip(`must be an object (got ${formatValue(ep)})`);
+      const addresses = ep.addresses;
+      if (!Array.isArray(addresses) || addresses.length === 0) {
+        return skip(`addresses: must be a non-empty list (got ${formatValue(addresses)})`);
+      }
+      // Only the first address is used (the API defines the others as fungible, and no one sets them).
+      const ip = parseIP(addresses[0]);
+      if (ip === null) return skip(`addresses[0]: not a valid IP address (got ${formatValue(addresses[0])})`);
+      if (ipFamilyOf(ip) !== family) {
+        return skip(`addresses[0]: not an ${family} address (got ${formatValue(addresses[0])})`);
+      }
+      // Discovery validation refuses unspecified, loopback and link-local endpoint addresses.
+      const problem = nonSpecialIPProblem(ip);
+      if (problem !== null) return skip(`addresses[0]: ${problem} (got ${formatValue(addresses[0])})`);
+      const c = isObject(ep.conditions) ? ep.conditions : {};
+      const hints = isObject(ep.hints) ? ep.hints : {};
+      endpoints.push({
+        ip,
+        nodeName: typeof ep.nodeName === "string" ? ep.nodeName : "",
+        zone: typeof ep.zone === "string" ? ep.zone : "",
+        ready: typeof c.ready === "boolean" ? c.ready : true,
+        serving: typeof c.serving === "boolean" ? c.serving : true,
+        terminating: c.terminating === true,
+        zoneHints: hintNames(hints.forZones),
+        nodeHints: hintNames(hints.forNodes),
+      });
+    });
+  }
+  return { ports, endpoints };
+}
+
+/** Cache of the EndpointSlices of every Service, applied and pending. */
+export class EndpointSliceCache {
+  readonly nodeName: string;
+  readonly ipFamily: IPFamily;
+  readonly #warn: Warn;
+  /** Per Service "ns/name". */
+  readonly #trackers = new Map<string, ServiceTracker>();
+  /** Services with pending slices. */
+  readonly #pendingServices = new Set<string>();
+  /** "ns/sliceName" -> Service "ns/name" the slice was last filed under (to follow label changes). */
+  readonly #sliceOwner = new Map<string, string>();
+
+  constructor(options: EndpointSliceCacheOptions) {
+    this.nodeName = options.nodeName;
+    this.ipFamily = options.ipFamily;
+    this.#warn = options.warn;
+  }
+
+  /**
+   * Records an add/update (remove false) or a delete (remove true) of `slice`, whose address type the
+   * caller has checked. Returns the "ns/name" of the Services whose pending state changed: usually
+   * one, two when the slice moved between Services, none when nothing the proxier uses changed.
+   */
+  updatePending(slice: EndpointSlice, remove: boolean): string[] {
+    const keys = endpointSliceKeys(slice);
+    const changed: string[] = [];
+    if (typeof keys === "string") {
+      // A slice we filed before that lost its Service label: it no longer belongs to that Service.
+      const meta = isObject(slice) && isObject(slice.metadata) ? slice.metadata : undefined;
+      const ownerKey = `${String(meta?.namespace)}/${String(meta?.name)}`;
+      const owner = this.#sliceOwner.get(ownerKey);
+      if (owner !== undefined && this.#setPending(owner, String(meta?.name), null)) changed.push(owner);
+      if (owner !== undefined) this.#sliceOwner.delete(ownerKey);
+      if (!remove) this.#warn(`ignoring EndpointSlice ${objectRef(meta?.namespace, meta?.name)}: ${keys}`);
+      return changed;
+    }
+    const service = `${keys.namespace}/${keys.serviceName}`;
+    const ownerKey = `${keys.namespace}/${keys.sliceName}`;
+    const owner = this.#sliceOwner.get(ownerKey);
+    if (owner !== undefined && owner !== service) {
+      if (this.#setPending(owner, keys.sliceName, null)) changed.push(owner);
+    }
+    if (remove) {
+      this.#sliceOwner.delete(ownerKey);
+      if (owner === undefined || owner === service) {
+        if (this.#setPending(service, keys.sliceName, null)) changed.push(service);
+      }
+      return changed;
+    }
+    this.#sliceOwner.set(ownerKey, service);
+    const data = endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn);
+    const entry: SliceEntry = { data };
+    if (this.#setPending(service, keys.sliceName, entry, keys)) changed.push(service);
+    return changed;
+  }
+
+  /** Number of slices with a pending change. */
+  pendingChanges(): number {
+    let n = 0;
+    for (const s of this.#pendingServices) n += this.#trackers.get(s)?.pending.size ?? 0;
+    return n;
+  }
+
+  /** "ns/name" of the Services with pending slice changes. */
+  pendingServices(): Set<string> {
+    return new Set(this.#pendingServices);
+  }
+
+  /**
+   * Applies all pending slices and returns, per changed Service (sorted by "ns/name"), its endpoints
+   * before and after. Costs O(slices of the changed Services).
+   */
+  checkoutChanges(): EndpointsChange[] {
+    const changes: EndpointsChange[] = [];
+    for (const service of [...this.#pendingServices].sort()) {
+      const t = this.#trackers.get(service);
+      if (t === undefined) continue;
+      const previous = t.appliedEndpoints;
+      for (const [sliceName, entry] of t.pending) {
+        if (entry === null) t.applied.delete(sliceName);
+        else t.applied.set(sliceName, entry);
+      }
+      t.pending.clear();
+      const current = this.#endpointsOf(t);
+      t.appliedEndpoints = current;
+      if (t.applied.size === 0) this.#trackers.delete(service);
+      changes.push({ service, previous, current });
+    }
+    this.#pendingServices.clear();
+    return changes;
+  }
+
+  /** Sets the pending state of one slice; true when that changes the slice's latest state. */
+  #setPending(
+    service: string,
+    sliceName: string,
+    entry: SliceEntry | null,
+    keys?: EndpointSliceKeys,
+  ): boolean {
+    let t = this.#trackers.get(service);
+    if (t === undefined) {
+      if (entry === null || keys === undefined) return false;
+      t = {
+        namespace: keys.namespace,
+        name: keys.serviceName,
+        applied: new Map(),
+        pending: new Map(),
+        appliedEndpoints: new Map(),
+      };
+      this.#trackers.set(service, t);
+    }
+    const applied = t.applied.get(sliceName) ?? null;
+    const latest = t.pending.has(sliceName) ? t.pending.get(sliceName)! : applied;
+    if (sameEntry(latest, entry)) return false;
+    if (sameEntry(applied, entry)) t.pending.delete(sliceName);
+    else t.pending.set(sliceName, entry);
+    if (t.pending.size > 0) {
+      this.#pendingServices.add(service);
+    } else {
+      this.#pendingServices.delete(service);
+      if (t.applied.size === 0) this.#trackers.delete(service);
+    }
+    return true;
+  }
+
+  /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
+  #endpointsOf(t: ServiceTracker): ServiceEndpoints {
+    const byPort = new Map<string, { name: ServicePortName; set: Map<string, EndpointInfo> }>();
+    // Slice order is fixed (by name) so that ties below resolve the same way every time.
+    for (const sliceName of [...t.applied.keys()].sort()) {
+      const { data } = t.applied.get(sliceName)!;
+      for (const port of data.ports) {
+        const name: ServicePortName = {
+          namespace: t.namespace,
+          name: t.name,
+          port: port.name,
+          protocol: port.protocol,
+        };
+        const key = servicePortKey(name);
+        let group = byPort.get(key);
+        if (group === undefined) {
+          group = { name, set: new Map() };
+          byPort.set(key, group);
+        }
+        for (const ep of data.endpoints) {
+          const isLocal = this.nodeName !== "" && ep.nodeName === this.nodeName;
+          const info = newEndpointInfo(ep, port.port, isLocal);
+          // The same IP twice (an Endpoint moving between slices, or a new Pod reusing the IP of a
+          // terminating one): prefer the non-terminating one (upstream #135593).
+          if (!group.set.has(info.endpoint) || !info.terminating) group.set.set(info.endpoint, info);
+        }
+      }
+    }
+    const out: ServiceEndpoints = new Map();
+    for (const key of [...byPort.keys()].sort()) {
+      const group = byPort.get(key)!;
+      if (group.set.size === 0) continue;
+      out.set(key, { name: group.name, endpoints: [...group.set.values()].sort(compareEndpoints) });
+    }
+    return out;
+  }
+}

@@ -1,0 +1,478 @@
+/**
+ * The iptables proxier for one IP family (upstream pkg/proxy/iptables/proxier.go, minus the rendering,
+ * which lives in lib/proxy/iptables/render/render.ts). It turns handler events into pending changes, and on each run
+ * of its BoundedFrequencyRunner applies them, renders a full or partial payload, hands it to the host,
+ * and then updates health, metrics, conntrack, health-check node ports and the state cache.
+ */
+import type { EndpointSlice, Node, Service } from "../../k8s/objects.ts";
+import type { ProxyHandlers } from "../handlers.ts";
+import type { IPFamily } from "../types.ts";
+import {
+  ServiceChangeTracker,
+  ServicePortMap,
+  type UpdateServiceMapResult,
+} from "../service_change_tracker.ts";
+import {
+  EndpointsChangeTracker,
+  EndpointsMap,
+  type UpdateEndpointsMapResult,
+} from "../endpoints_change_tracker.ts";
+import {
+  type RenderFeatures,
+  renderIptablesRules,
+  type RenderResult,
+  type RenderState,
+} from "./render/render.ts";
+import type { LocalTrafficDetector } from "./local_detector.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
+import { BoundedFrequencyRunner } from "../runner/bounded_frequency_runner.ts";
+import type { Clock, TimerHandle } from "../../runtime/clock.ts";
+import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
+
+/** Upstream proxyutil.FullSyncPeriod: a full resync at least this often. */
+export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+
+/** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
+export interface ProxierHost {
+  /**
+   * iptables-restore --noflush --counters of the payload, given as chunks that each end with "\n" (no line
+   * spans two chunks; a single string is one chunk); throws with the failing line on error.
+   */
+  restore(payload: string | readonly string[]): Promise<void>;
+  /** Chains now in the nat table, or null when they cannot be read (dry-run). */
+  natChains(): Promise<Set<string> | null>;
+  /**
+   * Ensures the jump rules from built-in chains and the canary chains (full syncs only, after the
+   * payload's restore, so the jumps lead into populated chains).
+   */
+  ensureBaseRules(): Promise<void>;
+  /**
+   * Compares the kernel with what we believe we own (rule counts per chain per table) and returns a
+   * reason when they differ, or null. Called every syncPeriod.
+   */
+  checkDrift(owned: OwnedRules): Promise<string | null>;
+}
+
+/** Deletes stale conntrack entries after a successful sync (UDP). */
+export interface ConntrackCleaner {
+  cleanStaleEntries(
+    services: ServicePortMap,
+    endpoints: EndpointsMap,
+    svcResult: UpdateServiceMapResult,
+    epResult: UpdateEndpointsMapResult,
+  ): Promise<number>;
+}
+
+/** Receives health updates (upstream ProxyHealthServer: QueuedUpdate / Updated). */
+export interface ProxierHealthUpdater {
+  queuedUpdate(family: IPFamily): void;
+  updated(family: IPFamily): void;
+}
+
+/** Health-check node ports of eTP=Local LoadBalancer Services (upstream ServiceHealthServer). */
+export interface ServiceHealthUpdater {
+  syncServices(ports: Map<string, number>): void;
+  syncEndpoints(localEndpoints: Map<string, number>): void;
+}
+
+/** Everything a proxier needs; all I/O is behind these. */
+export interface ProxierOptions {
+  family: IPFamily;
+  nodeName: string;
+  host: ProxierHost;
+  clock: Clock;
+  log: {
+    info(msg: string): void;
+    warn(msg: string): void;
+    error(msg: string): void;
+    debug(msg: string): void;
+  };
+  metrics: KubeProxyMetrics;
+  health: ProxierHealthUpdater;
+  serviceHealth?: ServiceHealthUpdater;
+  conntrack?: ConntrackCleaner;
+  /** Called when a drift check found the kernel's rules changed by someone else. */
+  onDrift?: (family: IPFamily, reason: string) => void;
+  /** Called after every successful sync (state cache writer, dry-run exit). */
+  onSynced?: (info: SyncInfo) => void;
+  minSyncPeriodMs: number;
+  syncPeriodMs: number;
+  masqueradeAll: boolean;
+  masqueradeBit: number;
+  localhostNodePorts: boolean;
+  nodePortAddresses: readonly string[];
+  /** Builds the local-traffic detector; called again when the Node's podCIDRs change (NodeCIDR mode). */
+  localDetector: (node: Node | null) => LocalTrafficDetector;
+  features: RenderFeatures;
+  /** Local addresses of this family (for nodePortAddresses); called on every full sync. */
+  nodeIPs: () => readonly string[];
+  /** The node's primary IP of this family, or null. */
+  primaryNodeIP: () => string | null;
+}
+
+/** What a successful sync did. */
+export interface SyncInfo {
+  family: IPFamily;
+  full: boolean;
+  result: RenderResult;
+  durationMs: number;
+}
+
+/** One family's proxier. Implements the source handlers; feed it through a StateStore. */
+export class Proxier implements ProxyHandlers {
+  readonly family: IPFamily;
+  readonly #o: ProxierOptions;
+  readonly #serviceChanges: ServiceChangeTracker;
+  readonly #endpointsChanges: EndpointsChangeTracker;
+  readonly #svcPortMap = new ServicePortMap();
+  readonly #endpointsMap = new EndpointsMap();
+  readonly #runner: BoundedFrequencyRunner;
+  readonly #labels: Record<string, string> = {};
+  #node: Node | null = null;
+  #detector: LocalTrafficDetector;
+  #servicesSynced = false;
+  #endpointSlicesSynced = false;
+  #needFullSync = true;
+  #lastFullSyncMs = -Infinity;
+  #activeNatChains = new Set<string>();
+  /** What the last applied payload left in the shared chains; makes partial syncs incremental. */
+  #renderState: RenderState | null = null;
+  #owned: OwnedRules = new Map();
+  #driftTimer: TimerHandle | null = null;
+  #stopped = false;
+  #syncs = 0;
+  /** Syncs started, and whether one is running: a drift check that overlaps a sync is discarded. */
+  #syncStarts = 0;
+  #syncing = false;
+
+  constructor(o: ProxierOptions) {
+    this.#o = o;
+    this.family = o.family;
+    const warn = (msg: string) => o.log.warn(msg);
+    this.#serviceChanges = new ServiceChangeTracker({ ipFamily: o.family, warn });
+    this.#endpointsChanges = new EndpointsChangeTracker({
+      ipFamily: o.family,
+      nodeName: o.nodeName,
+      warn,
+      trackerStartTime: new Date(o.clock.now()),
+    });
+    this.#detector = o.localDetector(null);
+    this.#runner = new BoundedFrequencyRunner({
+      name: `sync-runner-${o.family}`,
+      fn: () => this.syncProxyRules(),
+      minIntervalMs: o.minSyncPeriodMs,
+      maxIntervalMs: Math.max(FULL_SYNC_PERIOD_MS, o.minSyncPeriodMs),
+      burstRuns: 2,
+      clock: o.clock,
+    });
+  }
+
+  /** Starts the runner loop and the periodic drift check (upstream SyncLoop + canary Monitor). */
+  start(): void {
+    this.#o.health.updated(this.family); // a starting proxy reports healthy, as upstream's SyncLoop does
+    void this.#runner.loop();
+    this.#scheduleDriftCheck();
+  }
+
+  /** Stops the loop and timers; an in-flight sync finishes first. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#driftTimer) this.#o.clock.clearTimeout(this.#driftTimer);
+    await this.#runner.stop();
+  }
+
+  /** Number of successful syncs so far. */
+  get syncCount(): number {
+    return this.#syncs;
+  }
+
+  /** Requests a sync (upstream Proxier.Sync). */
+  sync(): void {
+    this.#o.health.queuedUpdate(this.family);
+    this.#o.metrics.syncProxyRulesLastQueuedTimestamp.set(
+      { ip_family: this.family },
+      this.#o.clock.now() / 1000,
+    );
+    this.#runner.run();
+  }
+
+  get #initialized(): boolean {
+    return this.#servicesSynced && this.#endpointSlicesSynced;
+  }
+
+  #changed(changed: boolean): void {
+    this.#o.metrics.serviceChangesPending.set({}, this.#serviceChanges.pendingChanges());
+    if (changed && this.#initialized) this.sync();
+  }
+
+  /** @inheritdoc */
+  onServiceAdd(service: Service): void {
+    this.#o.metrics.serviceChangesTotal.inc();
+    this.#changed(this.#serviceChanges.update(null, service));
+  }
+  /** @inheritdoc */
+  onServiceUpdate(oldService: Service, service: Service): void {
+    this.#o.metrics.serviceChangesTotal.inc();
+    this.#changed(this.#serviceChanges.update(oldService, service));
+  }
+  /** @inheritdoc */
+  onServiceDelete(service: Service): void {
+    this.#o.metrics.serviceChangesTotal.inc();
+    this.#changed(this.#serviceChanges.update(service, null));
+  }
+  /** @inheritdoc */
+  onServicesSynced(): void {
+    this.#servicesSynced = true;
+    if (this.#initialized) this.sync();
+  }
+  /** @inheritdoc */
+  onEndpointSliceAdd(slice: EndpointSlice): void {
+    this.#o.metrics.endpointChangesTotal.inc();
+    this.#changed(this.#endpointsChanges.endpointSliceUpdate(slice, false));
+  }
+  /** @inheritdoc */
+  onEndpointSliceUpdate(_old: EndpointSlice, slice: EndpointSlice): void {
+    this.#o.metrics.endpointChangesTotal.inc();
+    this.#changed(this.#endpointsChanges.endpointSliceUpdate(slice, false));
+  }
+  /** @inheritdoc */
+  onEndpointSliceDelete(slice: EndpointSlice): void {
+    this.#o.metrics.endpointChangesTotal.inc();
+    this.#changed(this.#endpointsChanges.endpointSliceUpdate(slice, true));
+  }
+  /** @inheritdoc */
+  onEndpointSlicesSynced(): void {
+    this.#endpointSlicesSynced = true;
+    if (this.#initialized) this.sync();
+  }
+  /** @inheritdoc */
+  onNodeAdd(node: Node): void {
+    this.#setNode(node);
+  }
+  /** @inheritdoc */
+  onNodeUpdate(_old: Node, node: Node): void {
+    this.#setNode(node);
+  }
+  /** @inheritdoc */
+  onNodeDelete(node: Node): void {
+    if (node.metadata?.name !== this.#o.nodeName) return;
+    this.#node = null;
+    for (const k of Object.keys(this.#labels)) delete this.#labels[k];
+    this.#needFullSync = true;
+    this.sync();
+  }
+  /** @inheritdoc */
+  onNodeSynced(): void {}
+
+  #setNode(node: Node): void {
+    if (node.metadata?.name !== this.#o.nodeName) {
+      this.#o.log.error(
+        `received a Node event for ${node.metadata?.name}, but this proxy runs on ${this.#o.nodeName}`,
+      );
+      return;
+    }
+    const labels = node.metadata?.labels ?? {};
+    const labelsChanged =
+      JSON.stringify(sortedEntries(labels)) !== JSON.stringify(sortedEntries(this.#labels));
+    const cidrsBefore = JSON.stringify(podCIDRs(this.#node));
+    this.#node = node;
+    const cidrsChanged = JSON.stringify(podCIDRs(node)) !== cidrsBefore;
+    if (cidrsChanged) {
+      // Upstream restarts the process when podCIDRs change (NodeCIDR mode); rebuilding the detector is equivalent.
+      this.#detector = this.#o.localDetector(node);
+    }
+    if (labelsChanged || cidrsChanged) {
+      for (const k of Object.keys(this.#labels)) delete this.#labels[k];
+      Object.assign(this.#labels, labels);
+      this.#needFullSync = true;
+      if (this.#initialized) this.sync();
+    }
+  }
+
+  /** Forces the next sync to be full and requests it (drift, canary gone, failure). */
+  forceFullSync(reason: string): void {
+    this.#o.log.info(`full resync of ${this.family} rules: ${reason}`);
+    this.#needFullSync = true;
+    this.sync();
+  }
+
+  #scheduleDriftCheck(): void {
+    if (this.#stopped || this.#o.syncPeriodMs <= 0) return;
+    this.#driftTimer = this.#o.clock.setTimeout(async () => {
+      this.#driftTimer = null;
+      await this.checkDrift();
+      this.#scheduleDriftCheck();
+    }, this.#o.syncPeriodMs);
+  }
+
+  /**
+   * Compares the kernel with what we programmed (every syncPeriod; stricter than upstream, which only
+   * watches its canary chain) and forces a full sync when they differ. Returns the reason, or null.
+   */
+  async checkDrift(): Promise<string | null> {
+    if (this.#syncs === 0 || this.#needFullSync || this.#syncing) return null;
+    const generation = this.#syncStarts;
+    try {
+      const reason = await this.#o.host.checkDrift(this.#owned);
+      if (this.#syncing || this.#syncStarts !== generation) {
+        // A sync changed the kernel and our expectation while the check was reading: the comparison
+        // mixes two states, so it proves nothing either way. The next period checks again.
+        this.#o.log.debug(`drift check (${this.family}) overlapped a sync; result discarded`);
+        return null;
+      }
+      if (reason !== null) {
+        this.#o.onDrift?.(this.family, reason);
+        this.forceFullSync(`rules changed outside edgeproxy: ${reason}`);
+      }
+      return reason;
+    } catch (e) {
+      this.#o.log.warn(`drift check (${this.family}) failed: ${(e as Error).message}`);
+      return null;
+    }
+  }
+
+  /** One sync (upstream syncProxyRules). Runs only from the runner, never concurrently. */
+  async syncProxyRules(): Promise<void> {
+    if (!this.#initialized) {
+      this.#o.log.debug(
+        `not syncing ${this.family} rules until Services and EndpointSlices have been received`,
+      );
+      return;
+    }
+    this.#syncing = true;
+    this.#syncStarts++;
+    try {
+      await this.#syncProxyRules();
+    } finally {
+      this.#syncing = false;
+    }
+  }
+
+  async #syncProxyRules(): Promise<void> {
+    const o = this.#o;
+    const start = o.clock.now();
+    const full = this.#needFullSync || start - this.#lastFullSyncMs > FULL_SYNC_PERIOD_MS;
+    const svcResult = this.#svcPortMap.apply(this.#serviceChanges);
+    const epResult = this.#endpointsMap.apply(this.#endpointsChanges);
+    o.metrics.serviceChangesPending.set({}, 0);
+    o.metrics.endpointChangesPending.set({}, 0);
+
+    let result: RenderResult;
+    try {
+      // Stale chains: on full syncs ask the kernel (leftovers of an earlier process); on partial syncs
+      // what we created is enough, which saves an iptables-save per sync. Handing the renderer its own
+      // previous set (not a copy) lets it find them from the changed service ports alone.
+      const existing = full ? await o.host.natChains() : this.#activeNatChains;
+      const changed = new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]);
+      result = renderIptablesRules({
+        family: this.family,
+        services: this.#svcPortMap,
+        endpoints: this.#endpointsMap,
+        nodeName: o.nodeName,
+        nodeLabels: this.#labels,
+        primaryNodeIP: o.primaryNodeIP(),
+        nodeIPs: o.nodeIPs(),
+        masqueradeAll: o.masqueradeAll,
+        masqueradeBit: o.masqueradeBit,
+        localhostNodePorts: o.localhostNodePorts,
+        nodePortAddresses: o.nodePortAddresses,
+        localDetector: this.#detector,
+        features: o.features,
+        full,
+        changedServices: changed,
+        existingNatChains: !full || existing === null
+          ? existing
+          : new Set([...existing, ...this.#activeNatChains]),
+        // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
+      }, this.#renderState);
+      for (const w of result.warnings) o.log.warn(w);
+      await o.host.restore(result.payloadChunks);
+      // Jump rules after the restore (make-before-break): the built-in chains then jump into fully
+      // populated chains, and the first rules are programmed without waiting for the base-rule reads.
+      if (full) await o.host.ensureBaseRules();
+    } catch (e) {
+      o.log.error(
+        `${full ? "full" : "partial"} sync of ${this.family} rules failed: ${(e as Error).message}`,
+      );
+      o.metrics.iptablesRestoreFailuresTotal.inc({ ip_family: this.family });
+      if (!full) o.metrics.iptablesPartialRestoreFailuresTotal.inc({ ip_family: this.family });
+      // The change trackers were drained: only a full sync can bring the kernel back in line. Part of
+      // the payload may have been applied (one transaction per table), so the render state is unknown.
+      this.#needFullSync = true;
+      this.#renderState = null;
+      this.#runner.retryAfter(o.syncPeriodMs);
+      return;
+    }
+
+    const end = o.clock.now();
+    if (full) {
+      this.#needFullSync = false;
+      this.#lastFullSyncMs = start;
+      this.#owned = new Map();
+    }
+    applyPayloadToOwnedRules(this.#owned, result.payloadChunks);
+    this.#activeNatChains = result.activeNatChains;
+    this.#renderState = result.state;
+    this.#syncs++;
+
+    const fam = { ip_family: this.family };
+    const seconds = (end - start) / 1000;
+    o.metrics.syncProxyRulesLatency.observe(fam, seconds);
+    (full ? o.metrics.syncFullProxyRulesLatency : o.metrics.syncPartialProxyRulesLatency).observe(
+      fam,
+      seconds,
+    );
+    o.metrics.syncProxyRulesLastTimestamp.set(fam, end / 1000);
+    o.metrics.iptablesRulesLastSync.set({ ...fam, table: "filter" }, result.rulesWritten.filter);
+    o.metrics.iptablesRulesLastSync.set({ ...fam, table: "nat" }, result.rulesWritten.nat);
+    o.metrics.iptablesRulesTotal.set({ ...fam, table: "filter" }, result.rulesTotal.filter);
+    o.metrics.iptablesRulesTotal.set({ ...fam, table: "nat" }, result.rulesTotal.nat);
+    o.metrics.syncProxyRulesNoLocalEndpointsTotal.set(
+      { ...fam, traffic_policy: "internal" },
+      result.noLocalEndpoints.internal,
+    );
+    o.metrics.syncProxyRulesNoLocalEndpointsTotal.set(
+      { ...fam, traffic_policy: "external" },
+      result.noLocalEndpoints.external,
+    );
+    for (const times of epResult.lastChangeTriggerTimes.values()) {
+      for (const t of times) {
+        o.metrics.networkProgrammingLatency.observe(fam, Math.max(0, (end - t.getTime()) / 1000));
+      }
+    }
+    o.health.updated(this.family);
+    o.log.debug(
+      `${result.mode} sync of ${this.family} rules took ${end - start}ms (${
+        payloadLength(result.payloadChunks)
+      } bytes)`,
+    );
+
+    o.serviceHealth?.syncServices(this.#svcPortMap.healthCheckNodePorts());
+    o.serviceHealth?.syncEndpoints(this.#endpointsMap.localReadyEndpoints());
+    if (o.conntrack) {
+      try {
+        await o.conntrack.cleanStaleEntries(this.#svcPortMap, this.#endpointsMap, svcResult, epResult);
+      } catch (e) {
+        o.log.warn(`conntrack cleanup (${this.family}) failed: ${(e as Error).message}`);
+      }
+    }
+    o.onSynced?.({ family: this.family, full, result, durationMs: end - start });
+  }
+}
+
+/** Characters in a chunked payload (reading `RenderResult.payload` would join the chunks). */
+function payloadLength(chunks: readonly string[]): number {
+  let n = 0;
+  for (const c of chunks) n += c.length;
+  return n;
+}
+
+function sortedEntries(r: Record<string, string>): Array<[string, string]> {
+  return Object.entries(r).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+function podCIDRs(node: Node | null): string[] {
+  if (!node) return [];
+  const l = node.spec?.podCIDRs ?? [];
+  return l.length > 0 ? l : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
+}
