@@ -3,6 +3,7 @@
  * detector, NodePort addresses, localhost NodePorts, the fixed chains, and the context string that
  * decides whether a previous render's per-service-port facts can be reused), and the Context handed to
  * every service port (those settings plus large-cluster mode, the shared-rule sink and work counters).
+ * Also the two settings helpers the API exports: the masquerade mark and the large-cluster endpoint count.
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { LABEL_TOPOLOGY_ZONE } from "../../topology.ts";
@@ -52,7 +53,10 @@ export interface Setup {
   readonly fixedChains: FixedChainRules[];
 }
 
-/** Derives and validates the render-wide settings of `input` (problems become warnings, not errors). */
+/**
+ * Derives and validates the render-wide settings of `input`: an unusable node IP, detector or NodePort
+ * address becomes a warning; an invalid masqueradeBit throws (masqueradeMark).
+ */
 export function renderSetup(input: RenderInput): Setup {
   const ipv6 = input.family === "IPv6";
   const mark = masqueradeMark(input.masqueradeBit);

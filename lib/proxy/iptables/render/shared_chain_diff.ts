@@ -1,8 +1,8 @@
 /**
- * Incremental partial syncs: instead of re-declaring the shared chains (upstream rewrites nat
- * KUBE-SERVICES, KUBE-NODEPORTS and the whole filter table on every partial sync, megabytes at 10k
- * Services), patch them with `-D CHAIN <rule>` for the rules that went away and `-I CHAIN <n> <rule>` for
- * the new ones, under iptables-restore --noflush.
+ * The shared-chain edits of incremental partial syncs (incremental.ts): instead of re-declaring the
+ * shared chains (upstream rewrites nat KUBE-SERVICES, KUBE-NODEPORTS and the whole filter table on every
+ * partial sync, megabytes at 10k Services), patch them with `-D CHAIN <rule>` for the rules that went
+ * away and `-I CHAIN <n> <rule>` for the new ones, under iptables-restore --noflush.
  *
  * Order. Rules of different service ports can overlap: an externalIP may equal another Service's cluster
  * IP, externalIP or LB IP on the same port (upstream does not forbid it; the first rule wins, and
