@@ -1,18 +1,19 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
-  parseRestorePayload,
   payloadChunksOf,
   payloadOf,
   type RestorePlan,
   restorePlanned,
-  ruleTarget,
-  type SimulatedTables,
-  simulatePlan,
   singleTransactionPlan,
   splitRestorePayload,
-  UnplannablePayloadError,
 } from "../../lib/proxy/iptables/restore_plan.ts";
+import {
+  parseRestorePayload,
+  ruleTarget,
+  UnplannablePayloadError,
+} from "../../lib/proxy/iptables/restore_content.ts";
+import { type SimulatedTables, simulatePlan } from "../support/restore_simulation.ts";
 
 /** Shape of one synthetic Service in a sync. */
 interface SynthService {

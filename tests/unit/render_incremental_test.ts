@@ -15,7 +15,7 @@ import {
   diffBlock,
   insertLine,
   type TableEdits,
-} from "../../lib/proxy/iptables/render/incremental.ts";
+} from "../../lib/proxy/iptables/render/shared_chain_diff.ts";
 import { renderStateSize } from "../../lib/proxy/iptables/render/state.ts";
 import { splitWords } from "../support/iptables_canonical.ts";
 import type { EndpointInfo, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";

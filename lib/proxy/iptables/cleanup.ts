@@ -30,7 +30,8 @@ import {
 } from "./chain_names.ts";
 import { deleteJumpRule } from "./jump_rules.ts";
 import { IPTABLES_JUMP_RULES } from "./jump_rules_table.ts";
-import { chainRemovalTransactions, payloadOf, ruleTarget } from "./restore_plan.ts";
+import { chainRemovalTransactions, payloadOf } from "./restore_plan.ts";
+import { ruleTarget } from "./restore_content.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
 import { parseIptablesSave, type SavedTable } from "./save_parse.ts";
 import type { IPFamily } from "../types.ts";

@@ -19,7 +19,7 @@
 import { isServiceChainName } from "./chain_names.ts";
 import { DEFAULT_ENSURED_JUMP_RULES } from "./jump_rules.ts";
 import type { JumpRule } from "./jump_rules_table.ts";
-import { ruleTarget } from "./restore_plan.ts";
+import { ruleTarget } from "./restore_content.ts";
 import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
 import { parseIptablesSave, type SavedTables } from "./save_parse.ts";

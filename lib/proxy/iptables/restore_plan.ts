@@ -20,28 +20,20 @@
  *  5. stale chains flushed, in bounded transactions (nothing live jumps to them any more);
  *  6. stale chains deleted (-X), in bounded transactions (they are empty, so no stale chain still jumps
  *     to another).
+ *
+ * The payload is read back into tables and chains by restore_content.ts; this file orders and packs them.
  */
 import { isServiceChainName } from "./chain_names.ts";
 import type { IptablesRunner, RestorePayload } from "./runner.ts";
 import type { IptablesBackend } from "./version.ts";
-
-/** A chain and its rule lines ("-A NAME …"), as rendered. */
-export interface PlanChain {
-  readonly name: string;
-  readonly rules: readonly string[];
-}
-
-/** One table of a rendered payload. */
-export interface TableContent {
-  readonly table: string;
-  /** Chains declared (":NAME - [0:0]", i.e. flushed and rewritten), in payload order, with their rules. */
-  readonly chains: readonly PlanChain[];
-  /** Chains deleted ("-X NAME"): stale chains. A chain both declared and deleted counts as deleted only. */
-  readonly deleted: readonly string[];
-}
-
-/** A rendered payload, table by table in payload order. */
-export type RestoreContent = readonly TableContent[];
+import {
+  parseRestorePayload,
+  type PlanChain,
+  type RestoreContent,
+  ruleTarget,
+  type TableContent,
+  UnplannablePayloadError,
+} from "./restore_content.ts";
 
 /** What each transaction of a plan does. */
 export type TransactionStep =
@@ -82,87 +74,6 @@ export interface RestorePlanOptions {
 export const DEFAULT_MAX_CHAINS_PER_TRANSACTION = 1000;
 /** Default line bound. */
 export const DEFAULT_MAX_LINES_PER_TRANSACTION = 20000;
-
-/** Thrown by `parseRestorePayload` for a payload it cannot plan (the caller then restores it as is). */
-export class UnplannablePayloadError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "UnplannablePayloadError";
-  }
-}
-
-/**
- * Reads a rendered payload ("*table", ":CHAIN - [0:0]", "-A CHAIN …", "-X CHAIN", "COMMIT") into
- * `RestoreContent`. Any other command ("-I", "-D", "-F", "-N", …) makes it unplannable. The payload is
- * one string or chunks of whole lines (RenderResult.payloadChunks), read without joining them.
- */
-export function parseRestorePayload(payload: RestorePayload): RestoreContent {
-  const out: TableContent[] = [];
-  let table: string | null = null;
-  let chains = new Map<string, string[]>();
-  let deleted: string[] = [];
-  let lineNo = 0;
-  for (const text of typeof payload === "string" ? [payload] : payload) {
-    let start = 0;
-    const n = text.length;
-    while (start < n) {
-      let end = text.indexOf("\n", start);
-      if (end === -1) end = n;
-      lineNo++;
-      const c = text.charCodeAt(start);
-      if (end === start || c === 35 /* # */) {
-        // blank or comment
-      } else if (c === 42 /* * */) {
-        if (table !== null) {
-          throw new UnplannablePayloadError(`line ${lineNo}: "*" before COMMIT of *${table}`);
-        }
-        table = text.slice(start + 1, end).trim();
-        chains = new Map();
-        deleted = [];
-      } else if (table === null) {
-        throw new UnplannablePayloadError(`line ${lineNo}: outside a table: ${text.slice(start, end)}`);
-      } else if (c === 58 /* : */) {
-        const sp = text.indexOf(" ", start);
-        const name = text.slice(start + 1, sp === -1 || sp > end ? end : sp);
-        if (!chains.has(name)) chains.set(name, []);
-      } else if (text.startsWith("-A ", start)) {
-        const sp = text.indexOf(" ", start + 3);
-        const name = text.slice(start + 3, sp === -1 || sp > end ? end : sp);
-        const rules = chains.get(name);
-        if (rules === undefined) {
-          throw new UnplannablePayloadError(`line ${lineNo}: rule for undeclared chain ${name}`);
-        }
-        rules.push(text.slice(start, end));
-      } else if (text.startsWith("-X ", start)) {
-        deleted.push(text.slice(start + 3, end).trim());
-      } else if (text.startsWith("COMMIT", start)) {
-        const del = new Set(deleted);
-        out.push({
-          table,
-          chains: [...chains].filter(([name]) => !del.has(name)).map(([name, rules]) => ({ name, rules })),
-          deleted,
-        });
-        table = null;
-      } else {
-        throw new UnplannablePayloadError(`line ${lineNo}: unsupported line: ${text.slice(start, end)}`);
-      }
-      start = end + 1;
-    }
-  }
-  if (table !== null) throw new UnplannablePayloadError(`*${table} has no COMMIT`);
-  return out;
-}
-
-/** The chain a rule jumps or goes to (last "-j X" / "-g X"), or null. */
-export function ruleTarget(rule: string): string | null {
-  const j = rule.lastIndexOf(" -j ");
-  const g = rule.lastIndexOf(" -g ");
-  const at = Math.max(j, g);
-  if (at === -1) return null;
-  const s = at + 4;
-  const sp = rule.indexOf(" ", s);
-  return rule.slice(s, sp === -1 ? rule.length : sp);
-}
 
 function chainLine(name: string): string {
   return `:${name} - [0:0]`;
@@ -454,84 +365,6 @@ export function splitRestorePayload(
 /** RestoreContent (parsed tables) rather than payload text or chunks. */
 function isRestoreContent(input: RestorePayload | RestoreContent): input is RestoreContent {
   return Array.isArray(input) && input.length > 0 && typeof input[0] !== "string";
-}
-
-/** Targets that are not chains (extensions); any other target must name an existing chain. */
-const BUILTIN_TARGETS = new Set([
-  "ACCEPT",
-  "DROP",
-  "RETURN",
-  "REJECT",
-  "DNAT",
-  "SNAT",
-  "MASQUERADE",
-  "REDIRECT",
-  "MARK",
-  "CONNMARK",
-  "LOG",
-  "NFLOG",
-  "NOTRACK",
-  "CT",
-  "QUEUE",
-  "NFQUEUE",
-  "TPROXY",
-  "TCPMSS",
-  "TRACE",
-]);
-
-/** Kernel-side state for `simulatePlan`: table → chain → rule lines. */
-export type SimulatedTables = Map<string, Map<string, string[]>>;
-
-/** Outcome of `simulatePlan`. */
-export interface SimulationResult {
-  /** State after the last transaction that succeeded. */
-  readonly state: SimulatedTables;
-  /** Index of the first failing transaction and why; null when all applied. */
-  readonly failure: { readonly transaction: number; readonly reason: string } | null;
-}
-
-/**
- * A model of `iptables-restore --noflush` applying `plan` to `initial`: each transaction is atomic;
- * ":X" creates or flushes X, "-A X" needs X, "-X X" needs X to exist and be empty, and at COMMIT every
- * jump must name an existing chain (so a deleted chain can never still be jumped to). Stops at the first
- * failing transaction, like iptables-restore. Pure; used to check plans' make-before-break invariants.
- */
-export function simulatePlan(plan: RestorePlan, initial: SimulatedTables): SimulationResult {
-  const state: SimulatedTables = new Map([...initial].map(([t, chains]) => [t, new Map(chains)]));
-  for (let i = 0; i < plan.transactions.length; i++) {
-    const tx = plan.transactions[i];
-    const next = new Map(state.get(tx.table) ?? new Map<string, string[]>());
-    const fail = (reason: string): SimulationResult => ({ state, failure: { transaction: i, reason } });
-    for (const line of tx.lines) {
-      if (line.startsWith(":")) {
-        next.set(line.slice(1, line.indexOf(" ") === -1 ? line.length : line.indexOf(" ")), []);
-      } else if (line.startsWith("-A ")) {
-        const sp = line.indexOf(" ", 3);
-        const name = line.slice(3, sp === -1 ? line.length : sp);
-        const rules = next.get(name);
-        if (rules === undefined) return fail(`rule for missing chain ${name}: ${line}`);
-        next.set(name, [...rules, line]);
-      } else if (line.startsWith("-X ")) {
-        const name = line.slice(3).trim();
-        const rules = next.get(name);
-        if (rules === undefined) return fail(`-X of missing chain ${name}`);
-        if (rules.length > 0) return fail(`-X of non-empty chain ${name}`);
-        next.delete(name);
-      } else {
-        return fail(`unsupported line: ${line}`);
-      }
-    }
-    for (const rules of next.values()) {
-      for (const r of rules) {
-        const tg = ruleTarget(r);
-        if (tg !== null && !BUILTIN_TARGETS.has(tg) && !next.has(tg)) {
-          return fail(`jump to missing chain ${tg}: ${r}`);
-        }
-      }
-    }
-    state.set(tx.table, next);
-  }
-  return { state, failure: null };
 }
 
 /**

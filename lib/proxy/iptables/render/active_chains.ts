@@ -4,6 +4,7 @@
  * since the renderer finds stale chains from the changed service ports' facts. So the Set is filled
  * from the facts on first read, and is read-only (the renderer relies on it matching its facts).
  */
+import { isServiceChainName } from "../chain_names.ts";
 import { forEachOwnChain, type ServicePortFacts } from "./state.ts";
 
 /** A read-only Set of chain names, expanded from service-port facts on first read. */
@@ -88,4 +89,19 @@ export class ActiveNatChains extends Set<string> {
   override clear(): void {
     throw new TypeError("activeNatChains is read-only (clear)");
   }
+}
+
+/** Stale per-service chains: those in `existing` that no service port's facts name (sorted). */
+export function staleChainsByScan(
+  existing: ReadonlySet<string> | null,
+  facts: readonly ServicePortFacts[],
+): string[] {
+  if (existing === null) return [];
+  const candidates: string[] = [];
+  for (const chain of existing) if (isServiceChainName(chain)) candidates.push(chain);
+  if (candidates.length === 0) return candidates;
+  const active = new Set<string>();
+  const add = (c: string) => active.add(c);
+  for (const f of facts) forEachOwnChain(f, add);
+  return candidates.filter((c) => !active.has(c)).sort();
 }

@@ -1,0 +1,219 @@
+/**
+ * A service port's own nat chains, as upstream writes them: the cluster-IP masquerade rule, KUBE-EXT
+ * (external traffic policy), KUBE-FW (load balancer source ranges), KUBE-SVC/KUBE-SVL (the probability
+ * cascade over endpoints, with session affinity) and one KUBE-SEP per endpoint (hairpin masquerade and
+ * DNAT). countOwnChains gives the same rule count without the text, for partial syncs that leave the
+ * chains in place.
+ */
+import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
+import { endpointHash, KUBE_MARK_MASQ, SEP_PREFIX, type ServicePortChains } from "../chain_names.ts";
+import { cidrContains, formatCIDR, parseCIDR } from "../../../net/ip.ts";
+import { probability } from "./probability.ts";
+import { HASH_LENGTH, OwnChain } from "./state.ts";
+import type { PayloadWriter } from "./payload.ts";
+import type { Context } from "./context.ts";
+
+/** Where a written service port's own chains go. */
+export interface OwnChainsOut {
+  readonly decls: PayloadWriter;
+  readonly rules: PayloadWriter;
+}
+
+/** What a service port's own chains consist of (decided in processServicePort). */
+export interface OwnChainsPlan {
+  readonly hasInternalEndpoints: boolean;
+  readonly hasExternalEndpoints: boolean;
+  /** OwnChain bits. */
+  readonly ownChains: number;
+  readonly clusterEndpoints: readonly EndpointInfo[];
+  readonly localEndpoints: readonly EndpointInfo[];
+  /** Endpoints with a KUBE-SEP chain, in order; `seps` holds their hashes. */
+  readonly reachable: readonly EndpointInfo[];
+  readonly seps: string;
+}
+
+/** KUBE-SEP chain names of `subset` (a subset of plan.reachable). */
+function endpointChainNames(
+  plan: OwnChainsPlan,
+  subset: readonly EndpointInfo[],
+  spn: string,
+  protocol: string,
+): string[] {
+  const all: string[] = [];
+  for (let i = 0; i < plan.seps.length; i += HASH_LENGTH) {
+    all.push(SEP_PREFIX + plan.seps.slice(i, i + HASH_LENGTH));
+  }
+  if (subset === plan.reachable) return all;
+  const byEndpoint = new Map<string, string>();
+  plan.reachable.forEach((ep, i) => byEndpoint.set(ep.endpoint, all[i]));
+  return subset.map((ep) =>
+    byEndpoint.get(ep.endpoint) ?? SEP_PREFIX + endpointHash(spn, protocol, ep.endpoint)
+  );
+}
+
+/** Writes a service port's own chains; returns the number of rules written. */
+export function writeOwnChains(
+  ctx: Context,
+  own: OwnChainsOut,
+  svc: ServicePortInfo,
+  spn: string,
+  protocol: string,
+  names: ServicePortChains,
+  plan: OwnChainsPlan,
+): number {
+  const { decls, rules } = own;
+  const before = rules.count;
+  const mp = `-m ${protocol} -p ${protocol}`;
+  const clusterPolicyChain = names.clusterPolicy;
+  const localPolicyChain = names.localPolicy;
+  const internalTrafficChain = svc.internalPolicyLocal ? localPolicyChain : clusterPolicyChain;
+  const externalPolicyChain = svc.externalPolicyLocal ? localPolicyChain : clusterPolicyChain;
+  const externalTrafficChain = names.external;
+  const fwChain = names.firewall;
+
+  if (plan.hasInternalEndpoints) {
+    const args = `-m comment --comment "${spn} cluster IP" ${mp} -d ${svc.clusterIP} --dport ${svc.port}`;
+    if (ctx.masqueradeAll) {
+      rules.line(`-A ${internalTrafficChain} ${args} -j ${KUBE_MARK_MASQ}`);
+    } else if (ctx.detector.implemented) {
+      // Masquerade off-cluster traffic to the service VIP (it may be bridged in via a static route).
+      rules.line(`-A ${internalTrafficChain} ${args} ${ctx.ifNotLocal} -j ${KUBE_MARK_MASQ}`);
+    }
+  }
+
+  if ((plan.ownChains & OwnChain.External) !== 0) {
+    decls.line(`:${externalTrafficChain} - [0:0]`);
+    if (!svc.externalPolicyLocal) {
+      rules.line(
+        `-A ${externalTrafficChain} -m comment --comment "masquerade traffic for ${spn} external destinations" -j ${KUBE_MARK_MASQ}`,
+      );
+    } else {
+      if (ctx.detector.implemented) {
+        // Pod → external destination acts as if it went out to the LB and came back: all endpoints.
+        rules.line(
+          `-A ${externalTrafficChain} -m comment --comment "pod traffic for ${spn} external destinations" ${ctx.ifLocal} -j ${clusterPolicyChain}`,
+        );
+      }
+      rules.line(
+        `-A ${externalTrafficChain} -m comment --comment "masquerade LOCAL traffic for ${spn} external destinations" -m addrtype --src-type LOCAL -j ${KUBE_MARK_MASQ}`,
+      );
+      rules.line(
+        `-A ${externalTrafficChain} -m comment --comment "route LOCAL traffic for ${spn} external destinations" -m addrtype --src-type LOCAL -j ${clusterPolicyChain}`,
+      );
+    }
+    if (plan.hasExternalEndpoints) rules.line(`-A ${externalTrafficChain} -j ${externalPolicyChain}`);
+  }
+
+  if ((plan.ownChains & OwnChain.Firewall) !== 0) {
+    decls.line(`:${fwChain} - [0:0]`);
+    const head = `-A ${fwChain} -m comment --comment "${spn} loadbalancer IP"`;
+    let allowFromNode = false;
+    for (const range of svc.loadBalancerSourceRanges) {
+      const cidr = parseCIDR(range)!; // checked by checkServicePort
+      rules.line(`${head} -s ${formatCIDR(cidr)} -j ${externalTrafficChain}`);
+      if (ctx.primaryNodeIP !== null && cidrContains(cidr, ctx.primaryNodeIP)) allowFromNode = true;
+    }
+    // A node connecting to a VIP-like LB IP that is also a local address loops back with the LB IP as
+    // source; admit that when the node itself is allowed.
+    if (allowFromNode) {
+      for (const lbip of svc.loadBalancerVIPs) rules.line(`${head} -s ${lbip} -j ${externalTrafficChain}`);
+    }
+    rules.line(
+      `-A ${fwChain} -m comment --comment "other traffic to ${spn} will be dropped by KUBE-PROXY-FIREWALL"`,
+    );
+  }
+
+  const affinitySeconds = svc.stickyMaxAgeSeconds;
+  if ((plan.ownChains & OwnChain.ClusterPolicy) !== 0) {
+    decls.line(`:${clusterPolicyChain} - [0:0]`);
+    writeServiceToEndpointRules(
+      ctx,
+      rules,
+      spn,
+      affinitySeconds,
+      clusterPolicyChain,
+      plan.clusterEndpoints,
+      endpointChainNames(plan, plan.clusterEndpoints, spn, protocol),
+    );
+  }
+  if ((plan.ownChains & OwnChain.LocalPolicy) !== 0) {
+    decls.line(`:${localPolicyChain} - [0:0]`);
+    writeServiceToEndpointRules(
+      ctx,
+      rules,
+      spn,
+      affinitySeconds,
+      localPolicyChain,
+      plan.localEndpoints,
+      endpointChainNames(plan, plan.localEndpoints, spn, protocol),
+    );
+  }
+
+  // Endpoint chains.
+  const comment = ctx.largeClusterMode ? "" : ` -m comment --comment ${spn}`;
+  const epChains = endpointChainNames(plan, plan.reachable, spn, protocol);
+  for (let i = 0; i < plan.reachable.length; i++) {
+    const ep = plan.reachable[i];
+    const epChain = epChains[i];
+    decls.line(`:${epChain} - [0:0]`);
+    // Hairpin: an endpoint reaching itself through the service must be masqueraded.
+    rules.line(`-A ${epChain}${comment} -s ${ep.ip} -j ${KUBE_MARK_MASQ}`);
+    const recent = affinitySeconds > 0 ? ` -m recent --name ${epChain} --set` : "";
+    rules.line(`-A ${epChain}${comment}${recent} ${mp} -j DNAT --to-destination ${ep.endpoint}`);
+  }
+  return rules.count - before;
+}
+
+/**
+ * The number of rules writeOwnChains would write, without building the rule text (upstream writes them
+ * to a discard buffer for the same purpose). Must mirror writeOwnChains; tests compare both paths.
+ */
+export function countOwnChains(ctx: Context, svc: ServicePortInfo, plan: OwnChainsPlan): number {
+  let n = plan.hasInternalEndpoints && (ctx.masqueradeAll || ctx.detector.implemented) ? 1 : 0;
+  if ((plan.ownChains & OwnChain.External) !== 0) {
+    n += svc.externalPolicyLocal ? (ctx.detector.implemented ? 3 : 2) : 1;
+    if (plan.hasExternalEndpoints) n++;
+  }
+  if ((plan.ownChains & OwnChain.Firewall) !== 0) {
+    let allowFromNode = false;
+    for (const range of svc.loadBalancerSourceRanges) {
+      if (ctx.primaryNodeIP !== null && cidrContains(parseCIDR(range)!, ctx.primaryNodeIP)) {
+        allowFromNode = true;
+      }
+    }
+    n += svc.loadBalancerSourceRanges.length + 1 + (allowFromNode ? svc.loadBalancerVIPs.length : 0);
+  }
+  const perEndpoint = svc.stickyMaxAgeSeconds > 0 ? 2 : 1;
+  if ((plan.ownChains & OwnChain.ClusterPolicy) !== 0) n += perEndpoint * plan.clusterEndpoints.length;
+  if ((plan.ownChains & OwnChain.LocalPolicy) !== 0) n += perEndpoint * plan.localEndpoints.length;
+  return n + 2 * plan.reachable.length;
+}
+
+/** Upstream writeServiceToEndpointRules: affinity checks first, then the probability cascade. */
+function writeServiceToEndpointRules(
+  ctx: Context,
+  rules: PayloadWriter,
+  spn: string,
+  affinitySeconds: number,
+  svcChain: string,
+  endpoints: readonly EndpointInfo[],
+  epChains: readonly string[],
+): void {
+  const comment = (
+    ep: EndpointInfo,
+  ) => (ctx.largeClusterMode ? "" : ` -m comment --comment "${spn} -> ${ep.endpoint}"`);
+  if (affinitySeconds > 0) {
+    for (let i = 0; i < endpoints.length; i++) {
+      rules.line(
+        `-A ${svcChain}${comment(endpoints[i])} -m recent --name ${
+          epChains[i]
+        } --rcheck --seconds ${affinitySeconds} --reap -j ${epChains[i]}`,
+      );
+    }
+  }
+  const n = endpoints.length;
+  for (let i = 0; i < n; i++) {
+    const stat = i < n - 1 ? ` -m statistic --mode random --probability ${probability(n - i)}` : "";
+    rules.line(`-A ${svcChain}${comment(endpoints[i])}${stat} -j ${epChains[i]}`);
+  }
+}

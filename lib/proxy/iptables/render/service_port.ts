@@ -1,0 +1,203 @@
+/**
+ * One service port, upstream syncProxyRules' loop body: validate it, categorise its endpoints, hash its
+ * chain names, decide which of its own chains exist, write its rules into the shared chains (through the
+ * context's sink) and its own chains (own_chains.ts), and return what was derived as ServicePortFacts,
+ * so that a later render can reuse them while the service port's objects stay the same.
+ */
+import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
+import { externallyAccessible, servicePortNameString } from "../../types.ts";
+import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from "../../topology.ts";
+import { chainsForHash, endpointHash, portProtoHash } from "../chain_names.ts";
+import { checkEndpoint, checkServicePort } from "./validate.ts";
+import { SHARED_CHAIN_COUNT, SharedRuleFlags, writeSharedRules } from "./shared_chains.ts";
+import { NoLocal, OwnChain, type ServicePortFacts } from "./state.ts";
+import type { Context } from "./context.ts";
+import { countOwnChains, type OwnChainsOut, type OwnChainsPlan, writeOwnChains } from "./own_chains.ts";
+import type { RenderInput } from "./input.ts";
+
+const EMPTY_ENDPOINTS: readonly EndpointInfo[] = Object.freeze([]);
+
+/** `eps` sorted by "ip:port" (the same array when it already is). */
+function sortedByEndpoint(eps: readonly EndpointInfo[]): readonly EndpointInfo[] {
+  for (let i = 1; i < eps.length; i++) {
+    if (eps[i - 1].endpoint > eps[i].endpoint) {
+      return [...eps].sort((a, b) => (a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0));
+    }
+  }
+  return eps;
+}
+
+/**
+ * Interned rule-count vectors: most service ports share one of a handful (e.g. one KUBE-SERVICES jump),
+ * so the state holds a few arrays instead of one per service port. Bounded; the values are immutable.
+ */
+const COUNTS_INTERN_LIMIT = 4096;
+const internedCounts = new Map<number, readonly number[]>();
+
+function internCounts(counts: readonly number[]): readonly number[] {
+  let key = 0;
+  for (let c = 0; c < SHARED_CHAIN_COUNT; c++) {
+    if (counts[c] >= 64) return Object.freeze([...counts]);
+    key = key * 64 + counts[c];
+  }
+  let v = internedCounts.get(key);
+  if (v === undefined) {
+    v = Object.freeze([...counts]);
+    if (internedCounts.size < COUNTS_INTERN_LIMIT) internedCounts.set(key, v);
+  }
+  return v;
+}
+
+const ZERO_COUNTS = internCounts(new Array<number>(SHARED_CHAIN_COUNT).fill(0));
+
+/** Facts of a service port left out of the payload because of `problem`. */
+function skippedFacts(
+  svc: ServicePortInfo,
+  endpoints: readonly EndpointInfo[] | undefined,
+  problem: string,
+): ServicePortFacts {
+  return {
+    svc,
+    endpoints,
+    problem,
+    flags: SharedRuleFlags.Skipped,
+    ownChains: 0,
+    noLocal: 0,
+    hash: "",
+    seps: "",
+    endpointCount: endpoints?.length ?? 0,
+    ownRules: 0,
+    shared: ZERO_COUNTS,
+  };
+}
+
+/**
+ * Processes one service port: derives its facts (or takes `reuse`, its previous facts when its objects
+ * and the render context are unchanged), writes its shared-chain rules into ctx.sink, and its own chains
+ * into `own` (when null they are only counted: a partial sync leaves them in the kernel).
+ */
+export function processServicePort(
+  ctx: Context,
+  svc: ServicePortInfo,
+  endpoints: readonly EndpointInfo[] | undefined,
+  own: OwnChainsOut | null,
+  reuse: ServicePortFacts | null,
+): ServicePortFacts {
+  ctx.work.servicePorts++;
+  ctx.counts.fill(0);
+  if (reuse !== null && (own === null || reuse.problem !== null)) {
+    if (reuse.problem === null) {
+      writeSharedRules(
+        ctx.sink,
+        svc,
+        servicePortNameString(svc.name),
+        svc.protocol.toLowerCase(),
+        chainsForHash(reuse.hash),
+        reuse.flags,
+        ctx.localhostNodePortsNfacct,
+      );
+    }
+    return reuse;
+  }
+  if (reuse === null) {
+    ctx.work.validated++;
+    const problem = servicePortProblem(svc, endpoints ?? EMPTY_ENDPOINTS, ctx.ipv6);
+    if (problem !== null) return skippedFacts(svc, endpoints, problem);
+  }
+
+  const eps = sortedByEndpoint(endpoints ?? EMPTY_ENDPOINTS);
+  const protocol = svc.protocol.toLowerCase();
+  const spn = servicePortNameString(svc.name);
+  let hash = reuse?.hash;
+  if (hash === undefined) {
+    hash = portProtoHash(spn, protocol);
+    ctx.work.hashes++;
+  }
+  const names = chainsForHash(hash);
+  ctx.work.categorized++;
+  const cat = categorizeEndpoints(eps, svc, ctx.nodeName, ctx.nodeLabels, {
+    preferSameTrafficDistribution: ctx.preferSameTrafficDistribution,
+  });
+  const hasEndpoints = cat.hasAnyEndpoints;
+  const usesClusterPolicyChain = cat.clusterEndpoints.length > 0 && usesClusterEndpoints(svc);
+  const usesLocalPolicyChain = cat.localEndpoints.length > 0 && usesLocalEndpoints(svc);
+  let hasInternalEndpoints = hasEndpoints;
+  if (svc.internalPolicyLocal && cat.localEndpoints.length === 0) hasInternalEndpoints = false;
+  let hasExternalEndpoints = hasEndpoints;
+  if (svc.externalPolicyLocal && cat.localEndpoints.length === 0) hasExternalEndpoints = false;
+  // Based on hasEndpoints, not hasExternalEndpoints: the short-circuit rules are needed even when
+  // no endpoint can take external traffic.
+  const usesExternalTrafficChain = hasEndpoints && externallyAccessible(svc);
+  const usesFWChain = hasEndpoints && svc.loadBalancerVIPs.length > 0 &&
+    svc.loadBalancerSourceRanges.length > 0;
+
+  let noLocal = 0;
+  if (hasEndpoints) {
+    if (!hasInternalEndpoints) noLocal |= NoLocal.Internal;
+    if (!hasExternalEndpoints) noLocal |= NoLocal.External;
+  }
+  const flags = (hasEndpoints ? SharedRuleFlags.HasEndpoints : 0) |
+    (hasInternalEndpoints ? SharedRuleFlags.HasInternalEndpoints : 0) |
+    (hasExternalEndpoints ? SharedRuleFlags.HasExternalEndpoints : 0);
+  writeSharedRules(ctx.sink, svc, spn, protocol, names, flags, ctx.localhostNodePortsNfacct);
+
+  const reachable = cat.allReachableEndpoints;
+  let seps = reuse?.seps;
+  if (seps === undefined) {
+    const hashes: string[] = [];
+    for (const ep of reachable) hashes.push(endpointHash(spn, protocol, ep.endpoint));
+    ctx.work.hashes += hashes.length;
+    seps = hashes.join("");
+  }
+  const ownChains = (usesExternalTrafficChain ? OwnChain.External : 0) |
+    (usesFWChain ? OwnChain.Firewall : 0) |
+    (usesClusterPolicyChain ? OwnChain.ClusterPolicy : 0) |
+    (usesLocalPolicyChain ? OwnChain.LocalPolicy : 0);
+  const plan: OwnChainsPlan = {
+    hasInternalEndpoints,
+    hasExternalEndpoints,
+    ownChains,
+    clusterEndpoints: cat.clusterEndpoints,
+    localEndpoints: cat.localEndpoints,
+    reachable,
+    seps,
+  };
+  const ownRules = own === null
+    ? (reuse?.ownRules ?? countOwnChains(ctx, svc, plan))
+    : writeOwnChains(ctx, own, svc, spn, protocol, names, plan);
+  return {
+    svc,
+    endpoints,
+    problem: null,
+    flags,
+    ownChains,
+    noLocal,
+    hash,
+    seps,
+    endpointCount: endpoints?.length ?? 0,
+    ownRules,
+    shared: internCounts(ctx.counts),
+  };
+}
+
+/** Why a service port cannot be written safely (its own fields, then its endpoints), or null. */
+function servicePortProblem(
+  svc: ServicePortInfo,
+  eps: readonly EndpointInfo[],
+  ipv6: boolean,
+): string | null {
+  const problem = checkServicePort(svc, ipv6);
+  if (problem !== null) return problem;
+  for (const ep of eps) {
+    const epProblem = checkEndpoint(ep, ipv6);
+    if (epProblem !== null) return epProblem;
+  }
+  return null;
+}
+
+/** True when a partial sync writes this service port's own chains (it, or its Service, changed). */
+export function isWritten(input: RenderInput, key: string, svc: ServicePortInfo): boolean {
+  if (input.full || input.changedServices.has(key)) return true;
+  const n = svc.name;
+  return n !== undefined && n !== null && input.changedServices.has(`${n.namespace}/${n.name}`);
+}
