@@ -2,6 +2,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { type KubeObject, objectKey, ObjectStore } from "../../lib/k8s/store.ts";
+import { namespacedName } from "../../lib/k8s/objects.ts";
 import { Backoff, sleep } from "../../lib/k8s/backoff.ts";
 import { RateLimiter } from "../../lib/k8s/rate_limiter.ts";
 import { ApiStats, ERROR_CODE } from "../../lib/k8s/stats.ts";
@@ -92,6 +93,15 @@ describe("Backoff", () => {
     c.abort();
     assert.equal(await p, false);
     assert.equal(await sleep(1), true);
+  });
+});
+
+describe("namespacedName", () => {
+  it("is upstream's NamespacedName.String(); the store key drops an empty namespace", () => {
+    assert.equal(namespacedName("kube-system", "dns"), "kube-system/dns");
+    assert.equal(namespacedName("", "node-a"), "/node-a");
+    assert.equal(objectKey({ metadata: { namespace: "kube-system", name: "dns" } }), "kube-system/dns");
+    assert.equal(objectKey({ metadata: { name: "node-a" } }), "node-a");
   });
 });
 
