@@ -142,6 +142,10 @@ export function parseIP(s: string, syntax: IPSyntax = "strict"): Uint8Array | nu
   return parseIPv4Into(s, 0, s.length, out, 0, legacy) ? out : null;
 }
 
+/** A strict dotted quad, for checks that need no bytes (same acceptance as the parser in strict syntax). */
+const IPV4_STRICT =
+  /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
+
 /**
  * 4 or 6 when `s` is an IPv4 or IPv6 address in strict syntax (an IPv4-mapped address counts as 6), else 0;
  * the answers of node:net's isIP for every address without a zone.
@@ -149,7 +153,7 @@ export function parseIP(s: string, syntax: IPSyntax = "strict"): Uint8Array | nu
 export function ipVersion(s: string): 0 | 4 | 6 {
   // Validation only: the bytes go to a scratch buffer (conntrack listings check 100k+ lines at a time).
   if (s.indexOf(":") !== -1) return parseIPv6Into(s, scratch, false) ? 6 : 0;
-  return parseIPv4Into(s, 0, s.length, scratch, 0, false) ? 4 : 0;
+  return IPV4_STRICT.test(s) ? 4 : 0;
 }
 
 const scratch = new Uint8Array(16);
@@ -170,9 +174,6 @@ export function isV4Mapped(b: Uint8Array): boolean {
   for (let i = 0; i < 10; i++) if (b[i] !== 0) return false;
   return true;
 }
-
-const IPV4_STRICT =
-  /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
 
 /** Fast check without allocation for IPv4: a plain address of the family (same acceptance as parseIPOfFamily). */
 export function isIPOfFamily(s: string, ipv6: boolean): boolean {
