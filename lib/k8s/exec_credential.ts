@@ -12,7 +12,7 @@ import process from "node:process";
 import { Buffer } from "node:buffer";
 import type { AuthMaterial, Credentials } from "./credentials.ts";
 import { Backoff } from "./backoff.ts";
-import { killProcessGroup, spawnInProcessGroup } from "../runtime/process_groups.ts";
+import { runInProcessGroup, SpawnError } from "../runtime/process_groups.ts";
 
 /** The `exec` stanza of a kubeconfig user, with paths already resolved. */
 export interface ExecConfig {
@@ -233,57 +233,30 @@ export class ExecCredentialProvider implements Credentials {
 }
 
 /**
- * Runs a plugin with node:child_process (works on Deno and Bun) in its own process group, stdin closed.
- * On timeout or abort the whole group is killed with SIGKILL (a plugin is often a shell script whose
- * children would otherwise outlive it); stdout is capped at 4 MiB.
+ * Runs a plugin with the one spawner (node:child_process, works on Deno and Bun) in its own process
+ * group, stdin closed. On timeout or abort the whole group is killed with SIGKILL (a plugin is often a
+ * shell script whose children would otherwise outlive it); stdout is capped at 4 MiB.
  */
-export const runCommand: CommandRunner = (command, args, env, timeoutMs, signal) =>
-  new Promise((resolve, reject) => {
-    if (signal.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    // setsid: the plugin and its children form one group, killed as one (also at shutdown and exit).
-    const child = spawnInProcessGroup(command, args, { env: { ...process.env, ...env } });
-    child.stdin.on("error", () => {}); // a plugin that exits at once may close its end first
-    child.stdin.end();
-    let why = "";
-    const stop = (reason: string) => {
-      if (!why) why = reason;
-      killProcessGroup(child);
-    };
-    const timer = setTimeout(() => stop(`timed out after ${timeoutMs} ms (process group killed)`), timeoutMs);
-    const onAbort = () => stop("aborted");
-    signal.addEventListener("abort", onAbort, { once: true });
-    const out: Uint8Array[] = [];
-    let outBytes = 0;
-    let errText = "";
-    child.stdout!.on("data", (b: Uint8Array) => {
-      outBytes += b.length;
-      if (outBytes > MAX_OUTPUT_BYTES) stop(`output larger than ${MAX_OUTPUT_BYTES} bytes`);
-      else out.push(b);
+export const runCommand: CommandRunner = async (command, args, env, timeoutMs, signal) => {
+  let r;
+  try {
+    r = await runInProcessGroup([command, ...args], {
+      env: { ...process.env, ...env },
+      timeoutMs,
+      signal,
+      maxStdoutBytes: MAX_OUTPUT_BYTES,
     });
-    child.stderr!.on("data", (b: Uint8Array) => {
-      if (errText.length < 64 * 1024) errText += Buffer.from(b).toString("utf8");
-    });
-    let spawnError: NodeJS.ErrnoException | null = null;
-    child.on("error", (e: NodeJS.ErrnoException) => (spawnError = e));
-    child.on("close", (code: number | null, sig: string | null) => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", onAbort);
-      const se = spawnError as NodeJS.ErrnoException | null;
-      if (se || why || code !== 0) {
-        const reason = se
-          ? (se.code === "ENOENT" ? "command not found" : se.message)
-          : why || (code !== null ? `exit status ${code}` : `killed by ${sig}`);
-        const tail = errText.trim().split("\n").slice(-3).join(" | ");
-        const e = new Error(tail ? `${reason}: ${tail}` : reason) as NodeJS.ErrnoException;
-        if (se?.code === "ENOENT") e.code = "ENOENT";
-        reject(e);
-        return;
-      }
-      resolve(Buffer.concat(out).toString("utf8"));
-    });
-  });
+  } catch (e) {
+    if (!(e instanceof SpawnError)) throw e; // the signal's reason: aborted before the run
+    const err = new Error(
+      e.code === "ENOENT" ? "command not found" : (e.cause as Error).message,
+    ) as NodeJS.ErrnoException;
+    if (e.code === "ENOENT") err.code = "ENOENT";
+    throw err;
+  }
+  if (r.killed === null && r.code === 0) return r.stdout.toString("utf8");
+  const tail = r.stderr.trim().split("\n").slice(-3).join(" | ");
+  throw new Error(tail ? `${r.exit}: ${tail}` : r.exit);
+};
 
 const MAX_OUTPUT_BYTES = 4 << 20;

@@ -23,7 +23,6 @@ import process from "node:process";
 import { Buffer } from "node:buffer";
 import { parse as parseYaml } from "yaml";
 import { readFileSync } from "node:fs";
-import { isIPv6 } from "node:net";
 // Only the entry parsers: the package's root (KubeConfig, which pulls the generated API client, undici,
 // openid-client, socks and proxy agents) adds ~6 MiB of resident memory and ~4 MB of binary for the
 // agent's lifetime, for a loader that would otherwise be a find-by-name.
@@ -38,6 +37,7 @@ import {
 import { type ExecConfig, ExecCredentialProvider } from "./exec_credential.ts";
 import { KubeconfigError } from "./kubeconfig_error.ts";
 import type { AuthMaterial, Credentials } from "./credentials.ts";
+import { joinHostPort } from "../net/go_net.ts";
 
 export { KubeconfigError };
 export type { AuthMaterial, Credentials };
@@ -454,7 +454,7 @@ export async function inClusterConfig(
   const credentials = new FileTokenCredentials(tokenPath, {}, opts.tokenRefreshMs, opts.now, where);
   await credentials.get();
   return {
-    server: `https://${isIPv6(host) ? `[${host}]` : host}:${port}`,
+    server: `https://${joinHostPort(host, port)}`, // client-go: net.JoinHostPort
     caPem,
     insecureSkipTlsVerify: false,
     credentials,

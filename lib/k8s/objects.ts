@@ -69,6 +69,15 @@ export interface WatchEvent<T> {
   object: T | Status;
 }
 
+/**
+ * "namespace/name", upstream's types.NamespacedName.String(): both parts always, so an empty namespace
+ * gives "/name". The key of Services, EndpointSlices and service ports in the proxy's maps. (The object
+ * store keys cluster-scoped objects by name alone: see objectKey in ./store.ts.)
+ */
+export function namespacedName(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
+
 /** The label EndpointSlices carry to name their Service. */
 export const LABEL_SERVICE_NAME = "kubernetes.io/service-name";
 /** Label selector upstream kube-proxy uses for Services and EndpointSlices. */

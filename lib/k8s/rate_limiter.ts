@@ -3,19 +3,23 @@
  * holds up to `burst` tokens, refills at `qps` tokens per second, and every request takes one. A watch takes
  * one token when it starts, not for the events it streams.
  */
+import { TokenBucket } from "../util/token_bucket.ts";
 
 /** client-go's defaults when qps/burst are 0. */
 export const DEFAULT_QPS = 5;
 /** client-go's defaults when qps/burst are 0. */
 export const DEFAULT_BURST = 10;
 
-/** A token bucket; waiters are served in arrival order. */
-export class TokenBucket {
+/**
+ * The client's rate limiter (client-go flowcontrol.NewTokenBucketRateLimiter): a {@link TokenBucket} with
+ * client-go's defaults and an arrival-order queue of waiters.
+ */
+export class RateLimiter {
   readonly qps: number;
   readonly burst: number;
   readonly #now: () => number;
-  #tokens: number;
-  #last: number;
+  /** null when limiting is off (negative or infinite qps). */
+  readonly #bucket: TokenBucket | null;
   #queue: Promise<void> = Promise.resolve();
 
   /**
@@ -26,8 +30,7 @@ export class TokenBucket {
     this.qps = qps === 0 ? DEFAULT_QPS : qps;
     this.burst = burst <= 0 ? DEFAULT_BURST : Math.max(1, Math.floor(burst));
     this.#now = now;
-    this.#tokens = this.burst;
-    this.#last = now();
+    this.#bucket = this.limited ? new TokenBucket(1000 / this.qps, this.burst, now()) : null;
   }
 
   /** Whether requests are limited at all. */
@@ -35,21 +38,9 @@ export class TokenBucket {
     return this.qps > 0 && Number.isFinite(this.qps);
   }
 
-  #refill(): void {
-    const now = this.#now();
-    this.#tokens = Math.min(this.burst, this.#tokens + ((now - this.#last) / 1000) * this.qps);
-    this.#last = now;
-  }
-
   /** Takes a token now if one is available. */
   tryAcquire(): boolean {
-    if (!this.limited) return true;
-    this.#refill();
-    if (this.#tokens >= 1) {
-      this.#tokens -= 1;
-      return true;
-    }
-    return false;
+    return this.#bucket === null || this.#bucket.tryAccept(this.#now());
   }
 
   /**
@@ -57,18 +48,19 @@ export class TokenBucket {
    * consumed then).
    */
   acquire(signal?: AbortSignal): Promise<void> {
-    if (!this.limited) return Promise.resolve();
-    const turn = this.#queue.then(() => this.#wait(signal));
+    if (this.#bucket === null) return Promise.resolve();
+    const bucket = this.#bucket;
+    const turn = this.#queue.then(() => this.#wait(bucket, signal));
     // The next waiter queues behind this one whether it succeeds or is aborted.
     this.#queue = turn.catch(() => {});
     return turn;
   }
 
-  async #wait(signal?: AbortSignal): Promise<void> {
+  async #wait(bucket: TokenBucket, signal?: AbortSignal): Promise<void> {
     for (;;) {
       if (signal?.aborted) throw signal.reason ?? new DOMException("aborted", "AbortError");
-      if (this.tryAcquire()) return;
-      const ms = Math.ceil(((1 - this.#tokens) / this.qps) * 1000);
+      if (bucket.tryAccept(this.#now())) return;
+      const ms = Math.ceil(bucket.msUntilToken(this.#now()));
       await new Promise<void>((resolve) => {
         const onAbort = () => {
           clearTimeout(t);

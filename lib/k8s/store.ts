@@ -4,7 +4,7 @@
  * changes. Shared by the watch reflector and the poller so both emit exactly the same events for the
  * same server state. No I/O, no clock.
  */
-import type { ObjectMeta } from "./objects.ts";
+import { namespacedName, type ObjectMeta } from "./objects.ts";
 
 /** Anything with Kubernetes metadata. */
 export interface KubeObject {
@@ -21,7 +21,7 @@ export type StoreChange<T> =
 /** "namespace/name", or "name" for cluster-scoped objects (client-go's MetaNamespaceKeyFunc). */
 export function objectKey(obj: KubeObject): string {
   const m = obj.metadata ?? {};
-  return m.namespace ? `${m.namespace}/${m.name ?? ""}` : `${m.name ?? ""}`;
+  return m.namespace ? namespacedName(m.namespace, m.name ?? "") : `${m.name ?? ""}`;
 }
 
 /** Keyed store of the last object seen for each key. */

@@ -11,7 +11,7 @@ import { MAX_API_MESSAGE_BYTES, MessageTooLargeError, readBounded } from "./boun
 import type { AuthMaterial } from "./credentials.ts";
 import type { RestConfig } from "./kubeconfig.ts";
 import type { ObjectList, Status } from "./objects.ts";
-import { TokenBucket } from "./rate_limiter.ts";
+import { RateLimiter } from "./rate_limiter.ts";
 import { type ApiStats, type ApiVerb, ERROR_CODE } from "./stats.ts";
 
 /** The logging surface this package uses (lib/log.ts's consola instance satisfies it). */
@@ -132,7 +132,7 @@ export interface RequestOptions {
 /** Rate-limited, authenticated JSON requests and watch streams against one apiserver. */
 export class ApiTransport {
   readonly config: RestConfig;
-  readonly limiter: TokenBucket;
+  readonly limiter: RateLimiter;
   readonly stats: ApiStats | undefined;
   readonly log: Logger;
   readonly #timeoutMs: number;
@@ -145,7 +145,7 @@ export class ApiTransport {
   /** Creates the transport; nothing connects until the first request. */
   constructor(opts: ApiTransportOptions) {
     this.config = opts.config;
-    this.limiter = new TokenBucket(opts.qps ?? 0, opts.burst ?? 0);
+    this.limiter = new RateLimiter(opts.qps ?? 0, opts.burst ?? 0);
     this.stats = opts.stats;
     this.log = opts.log ?? silentLogger;
     this.#timeoutMs = opts.requestTimeoutMs ?? 60_000;

@@ -1,17 +1,26 @@
 /**
- * IP address and CIDR helpers with Go's semantics, for validating the configuration and for any module
- * that needs the same answers kube-proxy would give.
+ * Go's text-level IP API, for validating the configuration and for any module that needs the same answers
+ * kube-proxy would give. Built on the byte-level core in ./ip.ts (one parser, one formatter); this file
+ * adds Go's conventions on top:
  *
- * - `parseIP` / `parseCIDR` follow Go's net.ParseIP / net.ParseCIDR (Go ≥ 1.17): IPv4 octets with leading
- *   zeros are rejected.
- * - `parseIPLegacy` / `parseCIDRLegacy` follow k8s.io/utils/net ParseIPSloppy / ParseCIDRSloppy, which
- *   upstream uses for Service IPs and most config fields: leading zeros are allowed and read as decimal,
- *   so "172.30.0.041" is 172.30.0.41.
- * - Results are normalised like Go's String(): dotted-quad IPv4, RFC 5952 IPv6 (lower case, longest run
- *   of two or more zero groups as "::"), and an IPv4-mapped IPv6 address ("::ffff:1.2.3.4") as IPv4.
+ * - `parseIP` / `parseCIDR` follow Go's net.ParseIP / net.ParseCIDR (Go ≥ 1.17, core syntax "go"): IPv4
+ *   octets with leading zeros are rejected.
+ * - `parseIPLegacy` / `parseCIDRLegacy` follow k8s.io/utils/net ParseIPSloppy / ParseCIDRSloppy (core
+ *   syntax "legacy"), which upstream uses for Service IPs and most config fields: leading zeros are
+ *   allowed and read as decimal, so "172.30.0.041" is 172.30.0.41.
+ * - Results are normalised like Go's String(): dotted-quad IPv4, RFC 5952 IPv6, and an IPv4-mapped IPv6
+ *   address ("::ffff:1.2.3.4") as IPv4.
  * - A CIDR's family follows its syntax: an address written with ':' is IPv6.
  * Zones ("fe80::1%eth0") are rejected, as by net.ParseIP.
  */
+import {
+  cidrContains as bytesInCIDR,
+  formatIP,
+  type IPSyntax,
+  isV4Mapped,
+  parseCIDR as parseCIDRBytes,
+  parseIP as parseIPBytes,
+} from "./ip.ts";
 
 /** 4 for IPv4, 6 for IPv6. */
 export type IPFamilyNumber = 4 | 6;
@@ -25,115 +34,17 @@ export interface CIDR {
   family: IPFamilyNumber;
 }
 
-interface Addr {
-  family: IPFamilyNumber;
-  bits: bigint;
-}
-
-function parseIPv4Bits(s: string, legacy: boolean): bigint | null {
-  const parts = s.split(".");
-  if (parts.length !== 4) return null;
-  let bits = 0n;
-  for (const p of parts) {
-    if (!/^[0-9]+$/.test(p)) return null;
-    if (!legacy && p.length > 1 && p[0] === "0") return null;
-    // Sloppy parsing accepts any number of leading zeros; the value must still fit in a byte.
-    const n = Number(p.length > 12 ? p.replace(/^0+(?=.)/, "") : p);
-    if (n > 255) return null;
-    bits = (bits << 8n) | BigInt(n);
-  }
-  return bits;
-}
-
-function parseIPv6Bits(s: string, legacy: boolean): bigint | null {
-  if (s.length < 2 || !/^[0-9A-Fa-f:.]+$/.test(s)) return null;
-  const halves = s.split("::");
-  if (halves.length > 2) return null;
-  const side = (text: string, last: boolean): bigint[] | null => {
-    if (text === "") return [];
-    const fields = text.split(":");
-    const groups: bigint[] = [];
-    for (let i = 0; i < fields.length; i++) {
-      const f = fields[i];
-      if (f.includes(".")) {
-        // An embedded IPv4 address may only end the whole address.
-        if (!last || i !== fields.length - 1) return null;
-        const v4 = parseIPv4Bits(f, legacy);
-        if (v4 === null) return null;
-        groups.push(v4 >> 16n, v4 & 0xffffn);
-      } else {
-        if (!/^[0-9A-Fa-f]{1,4}$/.test(f)) return null;
-        groups.push(BigInt(parseInt(f, 16)));
-      }
-    }
-    return groups;
-  };
-  let groups: bigint[];
-  if (halves.length === 1) {
-    const g = side(halves[0], true);
-    if (g === null || g.length !== 8) return null;
-    groups = g;
-  } else {
-    const head = side(halves[0], false);
-    const tail = side(halves[1], true);
-    if (head === null || tail === null) return null;
-    // "::" stands for at least one zero group.
-    if (head.length + tail.length > 7) return null;
-    groups = [...head, ...new Array<bigint>(8 - head.length - tail.length).fill(0n), ...tail];
-  }
-  return groups.reduce((acc, g) => (acc << 16n) | g, 0n);
-}
-
-/** Parses an address; an IPv4-mapped IPv6 address becomes IPv4 (as Go's To4 does). */
-function parseAddr(s: string, legacy: boolean): Addr | null {
-  if (typeof s !== "string" || s === "") return null;
-  if (s.includes(":")) {
-    const bits = parseIPv6Bits(s, legacy);
-    if (bits === null) return null;
-    if (bits >> 32n === 0xffffn) return { family: 4, bits: bits & 0xffffffffn };
-    return { family: 6, bits };
-  }
-  const bits = parseIPv4Bits(s, legacy);
-  return bits === null ? null : { family: 4, bits };
-}
-
-function formatV4(bits: bigint): string {
-  return [24n, 16n, 8n, 0n].map((sh) => ((bits >> sh) & 0xffn).toString()).join(".");
-}
-
-function formatV6(bits: bigint): string {
-  if (bits >> 32n === 0xffffn) return formatV4(bits & 0xffffffffn);
-  const groups: number[] = [];
-  for (let i = 7; i >= 0; i--) groups.push(Number((bits >> BigInt(i * 16)) & 0xffffn));
-  // Longest run of at least two zero groups; the first one wins a tie.
-  let bestStart = -1;
-  let bestLen = 0;
-  for (let i = 0; i < 8;) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen && j - i >= 2) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = (g: number[]) => g.map((x) => x.toString(16)).join(":");
-  if (bestStart < 0) return hex(groups);
-  return hex(groups.slice(0, bestStart)) + "::" + hex(groups.slice(bestStart + bestLen));
-}
-
-function formatAddr(a: Addr): string {
-  return a.family === 4 ? formatV4(a.bits) : formatV6(a.bits);
+/** Parses an address; an IPv4-mapped IPv6 address becomes its 4 IPv4 bytes (as Go's To4 does). */
+function parseAddr(s: string, syntax: IPSyntax): Uint8Array | null {
+  if (typeof s !== "string") return null;
+  const b = parseIPBytes(s, syntax);
+  return b !== null && isV4Mapped(b) ? b.subarray(12) : b;
 }
 
 /** Parses an IP like Go's net.ParseIP and returns it normalised, or null. Leading zeros are rejected. */
 export function parseIP(s: string): string | null {
-  const a = parseAddr(s, false);
-  return a === null ? null : formatAddr(a);
+  const b = parseAddr(s, "go");
+  return b === null ? null : formatIP(b);
 }
 
 /**
@@ -141,56 +52,33 @@ export function parseIP(s: string): string | null {
  * and returns it normalised, e.g. "172.30.0.041" → "172.30.0.41"; null if it is not an IP.
  */
 export function parseIPLegacy(s: string): string | null {
-  const a = parseAddr(s, true);
-  return a === null ? null : formatAddr(a);
+  const b = parseAddr(s, "legacy");
+  return b === null ? null : formatIP(b);
 }
 
 /** The family of an IP address (legacy syntax accepted; IPv4-mapped IPv6 counts as 4), or null. */
 export function ipFamily(ip: string): IPFamilyNumber | null {
-  return parseAddr(ip, true)?.family ?? null;
+  const b = parseAddr(ip, "legacy");
+  return b === null ? null : b.length === 4 ? 4 : 6;
 }
 
-function parseCIDRWith(s: string, legacy: boolean): CIDR | null {
+function parseCIDRWith(s: string, syntax: IPSyntax): CIDR | null {
   if (typeof s !== "string") return null;
-  const slash = s.indexOf("/");
-  if (slash < 0) return null;
-  const addrText = s.slice(0, slash);
-  const prefixText = s.slice(slash + 1);
-  if (!/^[0-9]{1,3}$/.test(prefixText)) return null;
-  const prefix = Number(prefixText);
-  let family: IPFamilyNumber;
-  let bits: bigint | null;
-  if (addrText.includes(":")) {
-    family = 6;
-    bits = parseIPv6Bits(addrText, legacy);
-  } else {
-    family = 4;
-    bits = parseIPv4Bits(addrText, legacy);
-  }
-  const width = family === 4 ? 32 : 128;
-  if (bits === null || prefix > width) return null;
-  const hostMask = (1n << BigInt(width - prefix)) - 1n;
-  const net = bits & ~hostMask & ((1n << BigInt(width)) - 1n);
-  return { ip: family === 4 ? formatV4(net) : formatV6Plain(net), prefix, family };
-}
-
-/** IPv6 formatting without the IPv4-mapped shortcut, so an IPv6 CIDR always prints as IPv6. */
-function formatV6Plain(bits: bigint): string {
-  if (bits >> 32n === 0xffffn) {
-    // Keep the mapped form explicit, as Go prints an IPv6 IPNet: "::ffff:a.b.c.d".
-    return "::ffff:" + formatV4(bits & 0xffffffffn);
-  }
-  return formatV6(bits);
+  const c = parseCIDRBytes(s, syntax);
+  if (c === null) return null;
+  // An IPv6 block of mapped addresses keeps the mapped form explicit, as Go prints an IPv6 IPNet.
+  const ip = isV4Mapped(c.bytes) ? `::ffff:${formatIP(c.bytes.subarray(12))}` : formatIP(c.bytes);
+  return { ip, prefix: c.prefix, family: c.bytes.length === 4 ? 4 : 6 };
 }
 
 /** Parses a CIDR like Go's net.ParseCIDR (no leading zeros in IPv4 octets); the result has host bits cleared. */
 export function parseCIDR(s: string): CIDR | null {
-  return parseCIDRWith(s, false);
+  return parseCIDRWith(s, "go");
 }
 
 /** Parses a CIDR like k8s.io/utils/net ParseCIDRSloppy (IPv4 octets may have leading zeros). */
 export function parseCIDRLegacy(s: string): CIDR | null {
-  return parseCIDRWith(s, true);
+  return parseCIDRWith(s, "legacy");
 }
 
 /** Prints a parsed CIDR as "ip/prefix". */
@@ -205,27 +93,17 @@ export function formatCIDR(c: CIDR): string {
  */
 export function cidrContains(cidr: string | CIDR, ip: string): boolean {
   const c = typeof cidr === "string" ? parseCIDRLegacy(cidr) : cidr;
-  const a = parseAddr(ip, true);
+  const a = parseAddr(ip, "legacy");
   if (c === null || a === null) return false;
-  let netBits: bigint | null;
-  let width: number;
+  let net = parseIPBytes(c.ip, "legacy");
+  if (net === null || (net.length === 4) !== (c.family === 4)) return false;
   let prefix = c.prefix;
-  if (c.family === 4) {
-    netBits = parseIPv4Bits(c.ip, true);
-    width = 32;
-  } else {
-    netBits = parseIPv6Bits(c.ip, true);
-    width = 128;
-    if (netBits !== null && netBits >> 32n === 0xffffn) {
-      // Go treats a block of IPv4-mapped addresses as an IPv4 block using the mask's last 32 bits.
-      netBits &= 0xffffffffn;
-      width = 32;
-      prefix = Math.max(0, prefix - 96);
-    }
+  if (isV4Mapped(net)) {
+    // Go treats a block of IPv4-mapped addresses as an IPv4 block using the mask's last 32 bits.
+    net = net.subarray(12);
+    prefix = Math.max(0, prefix - 96);
   }
-  if (netBits === null || (width === 32) !== (a.family === 4)) return false;
-  const shift = BigInt(width - prefix);
-  return (a.bits >> shift) === (netBits >> shift);
+  return bytesInCIDR({ bytes: net, prefix }, a);
 }
 
 /**

@@ -9,7 +9,7 @@
  * O(slices of the changed Services).
  */
 import type { EndpointSlice } from "../k8s/objects.ts";
-import { LABEL_SERVICE_NAME } from "../k8s/objects.ts";
+import { LABEL_SERVICE_NAME, namespacedName } from "../k8s/objects.ts";
 import {
   type EndpointInfo,
   type IPFamily,
@@ -271,15 +271,15 @@ export class EndpointSliceCache {
     if (typeof keys === "string") {
       // A slice we filed before that lost its Service label: it no longer belongs to that Service.
       const meta = isObject(slice) && isObject(slice.metadata) ? slice.metadata : undefined;
-      const ownerKey = `${String(meta?.namespace)}/${String(meta?.name)}`;
+      const ownerKey = namespacedName(String(meta?.namespace), String(meta?.name));
       const owner = this.#sliceOwner.get(ownerKey);
       if (owner !== undefined && this.#setPending(owner, String(meta?.name), null)) changed.push(owner);
       if (owner !== undefined) this.#sliceOwner.delete(ownerKey);
       if (!remove) this.#warn(`ignoring EndpointSlice ${objectRef(meta?.namespace, meta?.name)}: ${keys}`);
       return changed;
     }
-    const service = `${keys.namespace}/${keys.serviceName}`;
-    const ownerKey = `${keys.namespace}/${keys.sliceName}`;
+    const service = namespacedName(keys.namespace, keys.serviceName);
+    const ownerKey = namespacedName(keys.namespace, keys.sliceName);
     const owner = this.#sliceOwner.get(ownerKey);
     if (owner !== undefined && owner !== service) {
       if (this.#setPending(owner, keys.sliceName, null)) changed.push(owner);

@@ -6,7 +6,7 @@
  * changed Services).
  */
 import type { EndpointSlice } from "../k8s/objects.ts";
-import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME } from "../k8s/objects.ts";
+import { ANNOTATION_LAST_CHANGE_TRIGGER_TIME, namespacedName } from "../k8s/objects.ts";
 import type { EndpointInfo, IPFamily, ServicePortName } from "./types.ts";
 import {
   type EndpointsChange,
@@ -82,7 +82,7 @@ export class EndpointsChangeTracker {
     if (changed.length === 0) return false;
     const keys = endpointSliceKeys(slice);
     if (typeof keys !== "string") {
-      const service = `${keys.namespace}/${keys.serviceName}`;
+      const service = namespacedName(keys.namespace, keys.serviceName);
       if (removeSlice) {
         // On delete the annotation dates from the last update, which is not what the metric measures.
         this.#lastChangeTriggerTimes.delete(service);
@@ -212,7 +212,7 @@ export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
     for (const [key, endpoints] of this) {
       const name = this.#names.get(key);
       if (name === undefined) continue;
-      const nn = `${name.namespace}/${name.name}`;
+      const nn = namespacedName(name.namespace, name.name);
       for (const ep of endpoints) {
         if (!ep.ready || !ep.isLocal) continue;
         let set = ips.get(nn);

@@ -3,7 +3,7 @@
  * <previous, current> ServicePort maps per Service until the proxier applies them to its ServicePortMap
  * at the start of a sync. Applying costs O(changed Services), not O(all Services).
  */
-import type { Service } from "../k8s/objects.ts";
+import { namespacedName, type Service } from "../k8s/objects.ts";
 import { type IPFamily, type ServicePortInfo, servicePortKey } from "./types.ts";
 import { servicePortsFromService, type Warn } from "./service_port.ts";
 
@@ -44,7 +44,7 @@ export class ServiceChangeTracker {
     if (previous === null && current === null) return false;
     const svc = (current ?? previous)!;
     this.#changesTotal++;
-    const key = namespacedName(svc);
+    const key = serviceKey(svc);
     let change = this.#items.get(key);
     if (change === undefined) {
       // The previous object was validated (and warned about) when it was current: stay quiet now.
@@ -134,7 +134,7 @@ export class ServicePortMap extends Map<string, ServicePortInfo> {
     const out = new Map<string, number>();
     for (const info of this.values()) {
       if (info.healthCheckNodePort !== 0) {
-        out.set(`${info.name.namespace}/${info.name.name}`, info.healthCheckNodePort);
+        out.set(namespacedName(info.name.namespace, info.name.name), info.healthCheckNodePort);
       }
     }
     return out;
@@ -142,9 +142,9 @@ export class ServicePortMap extends Map<string, ServicePortInfo> {
 }
 
 /** Tracker key of a Service: its "ns/name" (as given; invalid names map to no ports anyway). */
-function namespacedName(svc: Service): string {
+function serviceKey(svc: Service): string {
   const meta = typeof svc === "object" && svc !== null ? svc.metadata : undefined;
-  return `${String(meta?.namespace ?? "")}/${String(meta?.name ?? "")}`;
+  return namespacedName(String(meta?.namespace ?? ""), String(meta?.name ?? ""));
 }
 
 /** Plain code-unit order, as Go's string comparison (no locale). */

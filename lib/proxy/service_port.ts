@@ -14,6 +14,7 @@ import type { Service, ServicePortSpec } from "../k8s/objects.ts";
 import { type IPFamily, type Protocol, type ServicePortInfo, servicePortKey } from "./types.ts";
 import { formatCIDR, ipFamily, parseCIDRLegacy, parseIPLegacy } from "../net/go_net.ts";
 import { nonSpecialIPProblem } from "../net/special_ip.ts";
+import { isIPOfFamily } from "../net/ip.ts";
 
 /** Receives one human-readable line per problem found in an object. */
 export type Warn = (msg: string) => void;
@@ -25,8 +26,6 @@ export const MAX_CLIENT_IP_TIMEOUT_SECONDS = 86400;
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const SAFE_FOR_LOG = /^[A-Za-z0-9._-]{1,63}$/;
-const OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
-const CANONICAL_IPV4 = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
 const PROTOCOLS: ReadonlySet<string> = new Set(["TCP", "UDP", "SCTP"]);
 const SERVICE_TYPES: ReadonlySet<string> = new Set([
   "",
@@ -79,7 +78,7 @@ export function isPortNumber(v: unknown): v is number {
 export function parseIP(raw: unknown): string | null {
   if (typeof raw !== "string") return null;
   // Fast path for the common case, an already canonical IPv4 address (the general parser is slower).
-  return CANONICAL_IPV4.test(raw) ? raw : parseIPLegacy(raw);
+  return isIPOfFamily(raw, false) ? raw : parseIPLegacy(raw);
 }
 
 /** Family of an address returned by parseIP. */

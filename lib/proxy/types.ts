@@ -3,6 +3,7 @@
  * endpoint.go). Built from API objects by lib/model; consumed by endpoint selection and rule rendering.
  * These are plain, immutable data: the renderer reads nothing else.
  */
+import { namespacedName } from "../k8s/objects.ts";
 
 /** Transport protocol of a ServicePort, upper-case as in the API. */
 export type Protocol = "TCP" | "UDP" | "SCTP";
@@ -23,7 +24,8 @@ export interface ServicePortName {
 
 /** Upstream ServicePortName.String(): "ns/name" or "ns/name:port" (no protocol). */
 export function servicePortNameString(n: ServicePortName): string {
-  return n.port === "" ? `${n.namespace}/${n.name}` : `${n.namespace}/${n.name}:${n.port}`;
+  const nn = namespacedName(n.namespace, n.name);
+  return n.port === "" ? nn : `${nn}:${n.port}`;
 }
 
 /** Map key for a ServicePortName: unique across protocols ("ns/name:port/TCP"). */

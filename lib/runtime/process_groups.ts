@@ -12,6 +12,8 @@ import {
   type SpawnOptionsWithoutStdio,
 } from "node:child_process";
 import process from "node:process";
+import { Buffer } from "node:buffer";
+import type { Writable } from "node:stream";
 
 /** Running children, and whether each leads its own process group. */
 const live = new Map<ChildProcess, boolean>();
@@ -80,4 +82,200 @@ export function killProcessGroups(signal: NodeJS.Signals = "SIGKILL"): number {
     }
   }
   return n;
+}
+
+/** What {@link runInProcessGroup} feeds a child on stdin: one string, or chunks written in order. */
+export type ProcessInput = string | Iterable<string>;
+
+/** Options of {@link runInProcessGroup}. */
+export interface RunOptions {
+  /** The child's whole environment (default: ours). */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Written to stdin with back-pressure, then stdin is closed; none: stdin is closed at once. */
+  readonly stdin?: ProcessInput | null;
+  /** Kills the group after this many ms; 0 or none: never. */
+  readonly timeoutMs?: number;
+  /** Aborting kills the group; already aborted: rejects with its reason and runs nothing. */
+  readonly signal?: AbortSignal;
+  /**
+   * Streams stdout as lines (UTF-8, "\n"-separated, a last unterminated line included) instead of keeping
+   * it: `stdout` stays empty and `stdoutLines` counts them. Big outputs (conntrack listings) never sit in
+   * memory.
+   */
+  readonly onStdoutLine?: (line: string) => void;
+  /** Kills the group once stdout (kept, not streamed) exceeds this many bytes. Default: no cap. */
+  readonly maxStdoutBytes?: number;
+  /** Stderr stops being kept once this many characters are held (default 64 KiB). */
+  readonly maxStderrChars?: number;
+}
+
+/** Outcome of {@link runInProcessGroup}; a non-zero exit is data, not an exception. */
+export interface RunResult {
+  /** Exit code, or null when a signal ended the child. */
+  readonly code: number | null;
+  /** The signal that ended the child, or null. */
+  readonly signal: string | null;
+  /** Why we killed the group, or null when we did not. */
+  readonly killed: "timeout" | "abort" | "output" | null;
+  /** Stdout, unless it was streamed to `onStdoutLine`. */
+  readonly stdout: Buffer;
+  /** Lines streamed to `onStdoutLine` (0 when stdout was kept). */
+  readonly stdoutLines: number;
+  /** Stderr (UTF-8), capped at `maxStderrChars`. */
+  readonly stderr: string;
+  /**
+   * One description of how it ended: "exit status N", "killed by SIGTERM", "timed out after N ms
+   * (process group killed)", "aborted", or "output larger than N bytes".
+   */
+  readonly exit: string;
+}
+
+/** The child could not be started (missing binary, no permission, ...). `code` is the errno name. */
+export class SpawnError extends Error {
+  /** errno name such as "ENOENT", or undefined. */
+  readonly code: string | undefined;
+  /** The argv that could not run. */
+  readonly argv: readonly string[];
+  constructor(argv: readonly string[], cause: NodeJS.ErrnoException) {
+    super(`${argv.join(" ")}: cannot run: ${cause.message}`, { cause });
+    this.name = "SpawnError";
+    this.argv = argv;
+    this.code = cause.code;
+  }
+}
+
+/** Stdin is written in slices of this many UTF-16 units, honouring back-pressure. */
+const WRITE_CHUNK = 1 << 20;
+
+/**
+ * The one way the agent runs a command: `argv` in its own tracked process group (a timeout, an abort, an
+ * output cap or the agent's shutdown kills the group with anything it started), stdin fed and closed,
+ * stdout and stderr collected with caps. Resolves with the outcome whatever the exit status; rejects with
+ * {@link SpawnError} when the command cannot be started.
+ */
+export function runInProcessGroup(argv: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    if (opts.signal?.aborted) {
+      reject(opts.signal.reason);
+      return;
+    }
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      child = spawnInProcessGroup(argv[0], argv.slice(1), opts.env === undefined ? {} : { env: opts.env });
+    } catch (e) {
+      reject(new SpawnError(argv, e as NodeJS.ErrnoException));
+      return;
+    }
+    let killed: RunResult["killed"] = null;
+    const kill = (why: NonNullable<RunResult["killed"]>) => {
+      killed ??= why;
+      killProcessGroup(child);
+    };
+    const timeoutMs = opts.timeoutMs ?? 0;
+    const timer = timeoutMs > 0 ? setTimeout(() => kill("timeout"), timeoutMs) : null;
+    const onAbort = () => kill("abort");
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    const done = () => {
+      if (timer !== null) clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
+    };
+
+    const out: Buffer[] = [];
+    let outBytes = 0;
+    let lines = 0;
+    let partial = "";
+    const onLine = opts.onStdoutLine;
+    if (onLine !== undefined) {
+      child.stdout.setEncoding("utf8");
+      child.stdout.on("data", (chunk: string) => {
+        const parts = (partial + chunk).split("\n");
+        partial = parts.pop() ?? "";
+        lines += parts.length;
+        for (const line of parts) onLine(line);
+      });
+    } else {
+      const cap = opts.maxStdoutBytes ?? Infinity;
+      child.stdout.on("data", (b: Buffer) => {
+        outBytes += b.length;
+        if (outBytes > cap) kill("output");
+        else out.push(b);
+      });
+    }
+    const errCap = opts.maxStderrChars ?? 64 * 1024;
+    let stderr = "";
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk: string) => {
+      if (stderr.length < errCap) stderr += chunk;
+    });
+
+    let failed = false;
+    child.on("error", (e: NodeJS.ErrnoException) => {
+      failed = true;
+      done();
+      reject(new SpawnError(argv, e));
+    });
+    child.on("close", (code: number | null, signal: string | null) => {
+      if (failed) return;
+      done();
+      if (onLine !== undefined && partial !== "") {
+        lines++;
+        onLine(partial);
+      }
+      const exit = killed === "timeout"
+        ? `timed out after ${timeoutMs} ms (process group killed)`
+        : killed === "abort"
+        ? "aborted"
+        : killed === "output"
+        ? `output larger than ${opts.maxStdoutBytes} bytes`
+        : signal !== null
+        ? `killed by ${signal}`
+        : `exit status ${code}`;
+      resolve({ code, signal, killed, stdout: Buffer.concat(out), stdoutLines: lines, stderr, exit });
+    });
+    // A child that exits early closes its stdin: EPIPE is expected then, the exit status tells the story.
+    child.stdin.on("error", () => {});
+    const input = opts.stdin ?? "";
+    if (input === "") child.stdin.end();
+    else void writeAll(child.stdin, typeof input === "string" ? [input] : input);
+  });
+}
+
+/**
+ * Writes the chunks in order, each in bounded slices, waiting for 'drain' so tens of MB never sit in one
+ * buffer copy (and a chunked input is never joined).
+ */
+async function writeAll(stdin: Writable, chunks: Iterable<string>): Promise<void> {
+  for (const s of chunks) {
+    if (!(await writeString(stdin, s))) return;
+  }
+  stdin.end();
+}
+
+/** Writes one string in bounded slices with back-pressure; false when stdin went away. */
+async function writeString(stdin: Writable, s: string): Promise<boolean> {
+  let off = 0;
+  while (off < s.length) {
+    let end = Math.min(off + WRITE_CHUNK, s.length);
+    // Never split a surrogate pair across two writes.
+    const c = s.charCodeAt(end - 1);
+    if (end < s.length && c >= 0xd800 && c <= 0xdbff) end--;
+    const ok = stdin.write(off === 0 && end === s.length ? s : s.slice(off, end));
+    off = end;
+    if (stdin.destroyed) return false;
+    if (!ok) {
+      await new Promise<void>((r) => {
+        const done = () => {
+          stdin.removeListener("drain", done);
+          stdin.removeListener("close", done);
+          stdin.removeListener("error", done);
+          r();
+        };
+        stdin.once("drain", done);
+        stdin.once("close", done);
+        stdin.once("error", done);
+      });
+      if (stdin.destroyed) return false;
+    }
+  }
+  return true;
 }

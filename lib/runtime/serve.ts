@@ -8,6 +8,7 @@
  * Both runtimes' serve APIs were measured to behave this way (bind errors, IPv6 hosts, shutdown).
  */
 import { log } from "../log.ts";
+import { joinHostPort } from "../net/go_net.ts";
 
 /** A request handler: Hono's `app.fetch` or any web-standard function. */
 export type FetchHandler = (request: Request) => Response | Promise<Response>;
@@ -62,11 +63,6 @@ export class ListenError extends Error {
     this.port = port;
     this.reason = reason;
   }
-}
-
-/** `host:port`, with IPv6 literals bracketed (Go's net.JoinHostPort). */
-export function joinHostPort(host: string, port: number): string {
-  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
 const REASONS: Record<string, string> = {

@@ -10,7 +10,8 @@
  * A wildcard host listens dual-stack like Go (see listen.ts).
  */
 import type { FetchApp, FetchHandler, ServedApp, ServeFn } from "../runtime/serve.ts";
-import { joinHostPort, serveApp } from "../runtime/serve.ts";
+import { serveApp } from "../runtime/serve.ts";
+import { joinHostPort } from "../net/go_net.ts";
 import { listen, parseBindAddress } from "./listen.ts";
 import { processLogger, type ServerLogger } from "./logger.ts";
 

@@ -14,6 +14,7 @@ import {
   type ServedApp,
   type ServeFn,
 } from "../runtime/serve.ts";
+import { ipVersion } from "../net/ip.ts";
 
 /** A parsed bind address. */
 export interface BindAddress {
@@ -22,22 +23,14 @@ export interface BindAddress {
   readonly port: number;
 }
 
-const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
-
-/** True for an IPv4 literal. */
+/** True for an IPv4 literal (no leading zeros). */
 export function isIPv4(s: string): boolean {
-  return IPV4.test(s);
+  return ipVersion(s) === 4;
 }
 
 /** True for an IPv6 literal (no zone, no brackets). */
 export function isIPv6(s: string): boolean {
-  if (!s.includes(":") || !/^[0-9a-fA-F:.]+$/.test(s)) return false;
-  try {
-    new URL(`http://[${s}]/`);
-    return true;
-  } catch {
-    return false;
-  }
+  return ipVersion(s) === 6;
 }
 
 function parsePort(s: string, addr: string): number {

@@ -11,7 +11,8 @@
  *   `X-Load-Balancing-Endpoint-Weight: <count>` and upstream's tab-indented body.
  */
 import type { ServedApp, ServeFn } from "../runtime/serve.ts";
-import { joinHostPort, serveApp } from "../runtime/serve.ts";
+import { serveApp } from "../runtime/serve.ts";
+import { joinHostPort } from "../net/go_net.ts";
 import { listen } from "./listen.ts";
 import { processLogger, type ServerLogger } from "./logger.ts";
 

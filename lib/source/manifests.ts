@@ -16,7 +16,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
-import { PROXY_LABEL_SELECTOR } from "../k8s/objects.ts";
+import { namespacedName, PROXY_LABEL_SELECTOR } from "../k8s/objects.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** The kinds this source delivers. */
@@ -159,7 +159,7 @@ function checkObject(
 
 function keyOf(kind: ManifestKind, obj: ManifestObject["object"]): string {
   const m = obj.metadata!;
-  return kind === "Node" ? `Node/${m.name}` : `${kind}/${m.namespace}/${m.name}`;
+  return kind === "Node" ? `Node/${m.name}` : `${kind}/${namespacedName(m.namespace!, m.name!)}`;
 }
 
 /**

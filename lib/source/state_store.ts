@@ -1,4 +1,10 @@
-import type { EndpointSlice, Node, ObjectMeta, Service } from "../k8s/objects.ts";
+import {
+  type EndpointSlice,
+  namespacedName,
+  type Node,
+  type ObjectMeta,
+  type Service,
+} from "../k8s/objects.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** Where a set of objects came from. The cache is a provisional origin: the first full list of a live source replaces it. */
@@ -12,7 +18,7 @@ interface Entry<T> {
 }
 
 function keyOf(meta: ObjectMeta | undefined): string {
-  return `${meta?.namespace ?? ""}/${meta?.name ?? ""}`;
+  return namespacedName(meta?.namespace ?? "", meta?.name ?? "");
 }
 
 function sameObject(a: { metadata?: ObjectMeta }, b: { metadata?: ObjectMeta }): boolean {

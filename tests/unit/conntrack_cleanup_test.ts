@@ -6,7 +6,6 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
   buildServingIndex,
-  canonicalIP,
   removedFrontends,
   type ServicePortEndpoints,
   servicePortFrontends,
@@ -19,6 +18,7 @@ import {
   filterMatches,
 } from "../../lib/proxy/conntrack/flow.ts";
 import type { ConntrackRunner } from "../../lib/proxy/conntrack/runner.ts";
+import { canonicalIP } from "../../lib/net/ip.ts";
 import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../../lib/proxy/types.ts";
 
 function svc(

@@ -2,8 +2,9 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { type KubeObject, objectKey, ObjectStore } from "../../lib/k8s/store.ts";
+import { namespacedName } from "../../lib/k8s/objects.ts";
 import { Backoff, sleep } from "../../lib/k8s/backoff.ts";
-import { TokenBucket } from "../../lib/k8s/rate_limiter.ts";
+import { RateLimiter } from "../../lib/k8s/rate_limiter.ts";
 import { ApiStats, ERROR_CODE } from "../../lib/k8s/stats.ts";
 
 const o = (ns: string, name: string, rv: string, extra: Record<string, unknown> = {}): KubeObject =>
@@ -95,10 +96,19 @@ describe("Backoff", () => {
   });
 });
 
-describe("TokenBucket", () => {
+describe("namespacedName", () => {
+  it("is upstream's NamespacedName.String(); the store key drops an empty namespace", () => {
+    assert.equal(namespacedName("kube-system", "dns"), "kube-system/dns");
+    assert.equal(namespacedName("", "node-a"), "/node-a");
+    assert.equal(objectKey({ metadata: { namespace: "kube-system", name: "dns" } }), "kube-system/dns");
+    assert.equal(objectKey({ metadata: { name: "node-a" } }), "node-a");
+  });
+});
+
+describe("RateLimiter", () => {
   it("allows a burst, then refills at qps", () => {
     let now = 0;
-    const b = new TokenBucket(5, 10, () => now);
+    const b = new RateLimiter(5, 10, () => now);
     let n = 0;
     while (b.tryAcquire()) n++;
     assert.equal(n, 10);
@@ -109,15 +119,15 @@ describe("TokenBucket", () => {
   });
 
   it("0 means the client-go defaults (5/10) and a negative qps disables limiting", () => {
-    const d = new TokenBucket(0, 0);
+    const d = new RateLimiter(0, 0);
     assert.equal(d.qps, 5);
     assert.equal(d.burst, 10);
-    const off = new TokenBucket(-1, 0);
+    const off = new RateLimiter(-1, 0);
     for (let i = 0; i < 1000; i++) assert.ok(off.tryAcquire());
   });
 
   it("acquire() waits for a token and can be aborted", async () => {
-    const b = new TokenBucket(50, 1);
+    const b = new RateLimiter(50, 1);
     await b.acquire();
     const t0 = performance.now();
     await b.acquire();

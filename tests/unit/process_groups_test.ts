@@ -4,6 +4,8 @@ import { existsSync, readFileSync } from "node:fs";
 import {
   killProcessGroups,
   liveChildProcesses,
+  runInProcessGroup,
+  SpawnError,
   spawnInProcessGroup,
 } from "../../lib/runtime/process_groups.ts";
 
@@ -33,5 +35,36 @@ test("killProcessGroups kills a child and everything it started, even when it ig
   await closed;
   for (let i = 0; i < 50 && alive(grandchild); i++) await new Promise((r) => setTimeout(r, 20));
   assert.equal(alive(grandchild), false, "the grandchild must not be left as an orphan");
+  assert.equal(liveChildProcesses(), 0);
+});
+
+test("runInProcessGroup feeds stdin in chunks, streams lines, and describes every ending one way", async () => {
+  const lines: string[] = [];
+  const cat = await runInProcessGroup(["/bin/sh", "-c", "cat; echo oops >&2"], {
+    stdin: ["a\nb", "\nc"],
+    onStdoutLine: (l) => lines.push(l),
+  });
+  assert.deepEqual(lines, ["a", "b", "c"]);
+  assert.equal(cat.stdoutLines, 3);
+  assert.equal(cat.stderr, "oops\n");
+  assert.equal(cat.exit, "exit status 0");
+  const fail = await runInProcessGroup(["/bin/sh", "-c", "exit 3"]);
+  assert.equal(fail.exit, "exit status 3");
+  const slow = await runInProcessGroup(["/bin/sh", "-c", "sleep 5"], { timeoutMs: 100 });
+  assert.equal(slow.killed, "timeout");
+  assert.equal(slow.exit, "timed out after 100 ms (process group killed)");
+  const big = await runInProcessGroup(["/bin/sh", "-c", "head -c 100000 /dev/zero"], {
+    maxStdoutBytes: 1000,
+  });
+  assert.equal(big.exit, "output larger than 1000 bytes");
+  const c = new AbortController();
+  const aborted = runInProcessGroup(["/bin/sh", "-c", "sleep 5"], { signal: c.signal });
+  setTimeout(() => c.abort(), 50);
+  assert.equal((await aborted).exit, "aborted");
+  await assert.rejects(
+    runInProcessGroup(["/nonexistent/cmd", "x"]),
+    (e: unknown) =>
+      e instanceof SpawnError && e.code === "ENOENT" && /\/nonexistent\/cmd x: cannot run/.test(e.message),
+  );
   assert.equal(liveChildProcesses(), 0);
 });

@@ -1,7 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { Hono } from "hono";
-import { joinHostPort, ListenError, serveApp, type ServeFn } from "../../lib/runtime/serve.ts";
+import { ListenError, serveApp, type ServeFn } from "../../lib/runtime/serve.ts";
+import { joinHostPort } from "../../lib/net/go_net.ts";
 import { isWildcard, listen, parseBindAddress } from "../../lib/server/listen.ts";
 
 describe("serveApp (real sockets on loopback)", () => {

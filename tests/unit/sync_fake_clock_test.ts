@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock, RealClock } from "../../lib/runtime/clock.ts";
-import { TokenBucket } from "../../lib/proxy/runner/token_bucket.ts";
+import { TokenBucket } from "../../lib/util/token_bucket.ts";
 
 describe("FakeClock", () => {
   it("fires due timers in due order, reading each timer's due time", () => {
@@ -87,6 +87,15 @@ describe("TokenBucket", () => {
     assert.equal(b.tryAccept(1000), false);
     assert.equal(b.tryAccept(1999), false);
     assert.equal(b.tryAccept(2000), true);
+  });
+
+  it("says how long until the next token without taking one", () => {
+    const b = new TokenBucket(200, 1, 0);
+    assert.equal(b.msUntilToken(0), 0);
+    assert.equal(b.tryAccept(0), true);
+    assert.equal(b.msUntilToken(50), 150);
+    assert.equal(b.msUntilToken(50), 150, "asking takes nothing");
+    assert.equal(b.tryAccept(200), true);
   });
 
   it("rejects a non-positive period and a burst below 1", () => {

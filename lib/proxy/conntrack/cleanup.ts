@@ -25,6 +25,8 @@ import type { EndpointInfo, IPFamily, Protocol, ServicePortInfo } from "../types
 import { infoV } from "../../log.ts";
 import { type ConntrackDeleteFilter, type ConntrackFlow, filterKey } from "./flow.ts";
 import type { ConntrackRunner } from "./runner.ts";
+import { canonicalIP } from "../../net/ip.ts";
+import { joinHostPort } from "../../net/go_net.ts";
 
 /** One service port after a sync, with all of its endpoints (serving or not; `serving` is read here). */
 export interface ServicePortEndpoints {
@@ -53,20 +55,6 @@ export const DEFAULT_CLEANUP_PROTOCOLS: readonly Protocol[] = ["UDP"];
 /** Map key of a frontend: "UDP|ip|10.96.0.10|53" or "UDP|nodePort||30053". */
 export function frontendKey(f: Frontend): string {
   return `${f.protocol}|${f.kind}|${f.ip}|${f.port}`;
-}
-
-/** Canonical text form of an address, matching how conntrack prints it (IPv6 compressed, lower case). */
-export function canonicalIP(ip: string): string {
-  if (!ip.includes(":")) return ip;
-  try {
-    return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
-  } catch {
-    return ip;
-  }
-}
-
-function hostPort(ip: string, port: number): string {
-  return ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`;
 }
 
 function familyOf(ip: string): IPFamily {
@@ -114,7 +102,7 @@ export function buildServingIndex(
     if (frontends.length === 0) continue;
     const serving = new Set<string>();
     for (const ep of endpoints) {
-      if (ep.serving && familyOf(ep.ip) === family) serving.add(hostPort(canonicalIP(ep.ip), ep.port));
+      if (ep.serving && familyOf(ep.ip) === family) serving.add(joinHostPort(canonicalIP(ep.ip), ep.port));
     }
     for (const f of frontends) index.set(frontendKey(f), serving);
   }
@@ -157,7 +145,7 @@ export function staleFlowFilters(
   const add = (f: ConntrackDeleteFilter) => filters.set(filterKey(f), f);
   for (const flow of flows) {
     if (flow.family !== family) continue;
-    const replyEndpoint = hostPort(flow.replySrc, flow.replySrcPort);
+    const replyEndpoint = joinHostPort(flow.replySrc, flow.replySrcPort);
     const byIP = index.get(`${flow.protocol}|ip|${flow.origDst}|${flow.origDstPort}`);
     if (byIP !== undefined && !byIP.has(replyEndpoint)) {
       add({

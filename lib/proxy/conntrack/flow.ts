@@ -11,7 +11,7 @@
  * (on one line). The parser takes the first src/dst/sport/dport as the original tuple and the second as
  * the reply tuple, and ignores every other token.
  */
-import { isIP } from "node:net";
+import { ipVersion } from "../../net/ip.ts";
 import type { IPFamily, Protocol } from "../types.ts";
 
 /** One conntrack entry: the original and reply tuples (addresses as conntrack prints them). */
@@ -79,8 +79,10 @@ export function parseConntrackLine(line: string): ConntrackFlow | null {
   ) {
     return null;
   }
-  const kind = isIP(origSrc);
-  if (kind === 0 || isIP(origDst) !== kind || isIP(replySrc) !== kind || isIP(replyDst) !== kind) return null;
+  const kind = ipVersion(origSrc);
+  if (
+    kind === 0 || ipVersion(origDst) !== kind || ipVersion(replySrc) !== kind || ipVersion(replyDst) !== kind
+  ) return null;
   const inferred: IPFamily = kind === 6 ? "IPv6" : "IPv4";
   if (family !== null && family !== inferred) return null;
   return {
@@ -151,7 +153,7 @@ export function deleteArgs(filter: ConntrackDeleteFilter): string[] {
   let fields = 0;
   const addr = (flag: string, field: string, v: string | undefined) => {
     if (v === undefined) return;
-    if (isIP(v) !== want) {
+    if (ipVersion(v) !== want) {
       throw new Error(
         `conntrack delete filter: ${field} ${JSON.stringify(v)} is not an ${filter.family} address`,
       );

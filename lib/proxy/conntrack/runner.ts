@@ -14,7 +14,7 @@
 import { existsSync } from "node:fs";
 import type { IPFamily, Protocol } from "../types.ts";
 import { log } from "../../log.ts";
-import { killProcessGroup, spawnInProcessGroup } from "../../runtime/process_groups.ts";
+import { runInProcessGroup, type RunResult } from "../../runtime/process_groups.ts";
 import {
   type ConntrackDeleteFilter,
   type ConntrackFlow,
@@ -62,13 +62,6 @@ export interface CliConntrackRunnerOptions {
   readonly commandPrefix?: readonly string[];
   /** Kills a conntrack command that runs longer than this (default 60 s). */
   readonly timeoutMs?: number;
-}
-
-interface ExecResult {
-  readonly code: number | null;
-  readonly signal: string | null;
-  readonly stderr: string;
-  readonly stdoutLines: number;
 }
 
 const DELETED_RE = /(\d+) flow entries have been deleted/;
@@ -144,48 +137,21 @@ export class CliConntrackRunner implements ConntrackRunner {
     return deleted;
   }
 
-  #error(args: readonly string[], res: ExecResult): Error {
-    const how = res.signal !== null ? `killed by ${res.signal}` : `exit status ${res.code}`;
+  #error(args: readonly string[], res: RunResult): Error {
+    const how = res.exit;
     const stderr = res.stderr.trim().split("\n").slice(0, 3).join(" | ");
     return new Error(`${[this.binary, ...args].join(" ")}: ${how}${stderr ? `: ${stderr}` : ""}`);
   }
 
-  /** Runs conntrack; streams stdout lines to `onLine` (or just counts them) and collects stderr. */
-  #exec(args: readonly string[], stdin?: string, onLine?: (line: string) => void): Promise<ExecResult> {
-    const argv = [...this.#prefix, this.binary, ...args];
-    return new Promise((resolve, reject) => {
-      // Own process group: a timeout or the agent's shutdown kills it with anything it started.
-      const child = spawnInProcessGroup(argv[0], argv.slice(1));
-      let stderr = "";
-      let stdoutLines = 0;
-      let partial = "";
-      const timer = setTimeout(() => killProcessGroup(child), this.#timeoutMs);
-      child.stdout.setEncoding("utf8");
-      child.stdout.on("data", (chunk: string) => {
-        const text = partial + chunk;
-        const lines = text.split("\n");
-        partial = lines.pop() ?? "";
-        stdoutLines += lines.length;
-        if (onLine !== undefined) { for (const line of lines) onLine(line); }
-      });
-      child.stderr.setEncoding("utf8");
-      child.stderr.on("data", (chunk: string) => {
-        if (stderr.length < 64 * 1024) stderr += chunk;
-      });
-      child.on("error", (err) => {
-        clearTimeout(timer);
-        reject(new Error(`${argv.join(" ")}: cannot run: ${err.message}`));
-      });
-      child.on("close", (code, signal) => {
-        clearTimeout(timer);
-        if (partial !== "") {
-          stdoutLines++;
-          onLine?.(partial);
-        }
-        resolve({ code, signal, stderr, stdoutLines });
-      });
-      child.stdin.on("error", () => {}); // conntrack may exit before reading all of stdin; the exit status tells
-      child.stdin.end(stdin ?? "");
+  /**
+   * Runs conntrack in its own process group (a timeout or the agent's shutdown kills it with anything it
+   * started); streams stdout lines to `onLine` (or just counts them) and collects stderr.
+   */
+  #exec(args: readonly string[], stdin?: string, onLine?: (line: string) => void): Promise<RunResult> {
+    return runInProcessGroup([...this.#prefix, this.binary, ...args], {
+      stdin,
+      timeoutMs: this.#timeoutMs,
+      onStdoutLine: onLine ?? (() => {}),
     });
   }
 }

@@ -6,8 +6,6 @@
  * Mirrors upstream pkg/util/iptables/iptables.go: version-derived wait flags, `iptables-restore -w 5
  * -W 100000 --noflush --counters` with the payload on stdin, `iptables-save -t <table>`.
  */
-import type { ChildProcessWithoutNullStreams } from "node:child_process";
-import type { Writable } from "node:stream";
 import { accessSync, constants as fsConstants } from "node:fs";
 import type { IPFamily } from "../types.ts";
 import {
@@ -19,7 +17,7 @@ import {
   versionAtLeast,
   WAIT_RESTORE_MIN_VERSION,
 } from "./version.ts";
-import { killProcessGroup, spawnInProcessGroup } from "../../runtime/process_groups.ts";
+import { runInProcessGroup, type RunResult } from "../../runtime/process_groups.ts";
 
 /** The tables edgeproxy reads or writes. */
 export type IptablesTable = "nat" | "filter" | "mangle";
@@ -88,8 +86,6 @@ export interface IptablesRunnerOptions {
 export const DEFAULT_SEARCH_DIRS: readonly string[] = Object.freeze(["/usr/sbin", "/sbin", "/usr/bin"]);
 
 const DEFAULT_TIMEOUT_MS = 300_000;
-/** Stdin is written in slices of this many UTF-16 units, honouring back-pressure. */
-const WRITE_CHUNK = 1 << 20;
 /** The offending line is cut to this length inside error messages (rules can be long). */
 const MAX_LINE_IN_MESSAGE = 400;
 
@@ -290,92 +286,29 @@ interface RunOutput {
 }
 
 /**
- * Spawns argv in its own process group (so a timeout or the agent's shutdown kills it with anything it
- * started), optionally streaming `input` to stdin; never rejects for a non-zero exit.
+ * Runs argv with the one spawner (own process group, stdin streamed, C locale); never rejects for a
+ * non-zero exit. A kill is noted at the end of stderr, where error messages pick it up.
  */
-function runProcess(
+async function runProcess(
   argv: readonly string[],
   input: RestorePayload | null,
   timeoutMs: number,
 ): Promise<RunOutput> {
-  return new Promise((resolve, reject) => {
-    let child: ChildProcessWithoutNullStreams;
-    try {
-      child = spawnInProcessGroup(argv[0], argv.slice(1), { env: { ...process.env, LC_ALL: "C" } });
-    } catch (e) {
-      reject(new IptablesCommandError(`cannot run ${argv[0]}: ${(e as Error).message}`, argv, -1, ""));
-      return;
-    }
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let timedOut = false;
-    const timer = timeoutMs > 0
-      ? setTimeout(() => {
-        timedOut = true;
-        killProcessGroup(child);
-      }, timeoutMs)
-      : null;
-    child.stdout.on("data", (b: Buffer) => out.push(b));
-    child.stderr.on("data", (b: Buffer) => err.push(b));
-    child.on("error", (e: Error) => {
-      if (timer !== null) clearTimeout(timer);
-      reject(new IptablesCommandError(`cannot run ${argv.join(" ")}: ${e.message}`, argv, -1, ""));
+  let r: RunResult;
+  try {
+    r = await runInProcessGroup(argv, {
+      env: { ...process.env, LC_ALL: "C" },
+      stdin: input,
+      timeoutMs,
+      maxStderrChars: Infinity, // RestoreError keeps it whole
     });
-    child.on("close", (code: number | null, signal: string | null) => {
-      if (timer !== null) clearTimeout(timer);
-      let stderr = Buffer.concat(err).toString("utf8");
-      if (timedOut) stderr += `\nkilled after ${timeoutMs} ms`;
-      else if (signal !== null) stderr += `\nkilled by ${signal}`; // e.g. its process group, at shutdown
-      resolve({ code: code ?? -1, signal, stdout: Buffer.concat(out), stderr });
-    });
-    // A child that exits early closes its stdin: EPIPE is expected then, the exit code tells the story.
-    child.stdin.on("error", () => {});
-    if (input === null || input === "") {
-      child.stdin.end();
-      return;
-    }
-    void writeAll(child.stdin, typeof input === "string" ? [input] : input);
-  });
-}
-
-/**
- * Writes the chunks in order, each in bounded slices, waiting for 'drain' so tens of MB never sit in one
- * buffer copy (and a chunked payload is never joined).
- */
-async function writeAll(stdin: Writable, chunks: Iterable<string>): Promise<void> {
-  for (const s of chunks) {
-    if (!(await writeString(stdin, s))) return;
+  } catch (e) {
+    throw new IptablesCommandError((e as Error).message, argv, -1, "");
   }
-  stdin.end();
-}
-
-/** Writes one string in bounded slices with back-pressure; false when stdin went away. */
-async function writeString(stdin: Writable, s: string): Promise<boolean> {
-  let off = 0;
-  while (off < s.length) {
-    let end = Math.min(off + WRITE_CHUNK, s.length);
-    // Never split a surrogate pair across two writes.
-    const c = s.charCodeAt(end - 1);
-    if (end < s.length && c >= 0xd800 && c <= 0xdbff) end--;
-    const ok = stdin.write(off === 0 && end === s.length ? s : s.slice(off, end));
-    off = end;
-    if (stdin.destroyed) return false;
-    if (!ok) {
-      await new Promise<void>((r) => {
-        const done = () => {
-          stdin.removeListener("drain", done);
-          stdin.removeListener("close", done);
-          stdin.removeListener("error", done);
-          r();
-        };
-        stdin.once("drain", done);
-        stdin.once("close", done);
-        stdin.once("error", done);
-      });
-      if (stdin.destroyed) return false;
-    }
-  }
-  return true;
+  let stderr = r.stderr;
+  if (r.killed === "timeout") stderr += `\nkilled after ${timeoutMs} ms`;
+  else if (r.signal !== null) stderr += `\nkilled by ${r.signal}`; // e.g. its process group, at shutdown
+  return { code: r.code ?? -1, signal: r.signal, stdout: r.stdout, stderr };
 }
 
 class RealIptablesRunner implements IptablesRunner {

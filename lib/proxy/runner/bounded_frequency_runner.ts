@@ -18,7 +18,7 @@
  */
 import { infoV, log } from "../../log.ts";
 import { type Clock, realClock, type TimerHandle } from "../../runtime/clock.ts";
-import { TokenBucket } from "./token_bucket.ts";
+import { TokenBucket } from "../../util/token_bucket.ts";
 
 /** The function a BoundedFrequencyRunner schedules. It should handle its own errors (and call retryAfter). */
 export type RunnerFunction = () => void | Promise<void>;
