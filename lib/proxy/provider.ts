@@ -17,7 +17,7 @@ export interface ProxyState {
   readonly family: IPFamily;
   readonly services: ServicePortMap;
   readonly endpoints: EndpointsMap;
-  /** Service names ("ns/name") whose ports or endpoints changed since the last sync. */
+  /** Service ports (servicePortKey) whose ports or endpoints changed since the last sync. */
   readonly changedServices: ReadonlySet<string>;
   /** The own Node's labels (topology). */
   readonly nodeLabels: Readonly<Record<string, string>>;
