@@ -164,7 +164,8 @@ export async function runAgent(
         : null,
     }),
   };
-  const observability = createObservability(config, options, nodeName, apiStats, cacheState);
+  const { syncPeriodMs } = backend.syncPeriods(config);
+  const observability = createObservability(options, nodeName, apiStats, cacheState, syncPeriodMs);
   const { metrics, health, serviceHealth } = observability;
 
   const nodeTracker = new NodeTracker();

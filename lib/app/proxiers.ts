@@ -45,6 +45,7 @@ export async function buildProxiers(w: ProxierWiring): Promise<MetaProxier> {
       "conntrack binary not found: stale UDP conntrack entries will not be cleaned up (install conntrack)",
     );
   }
+  const { minSyncPeriodMs, syncPeriodMs } = w.backend.syncPeriods(config);
   const detectionWarned = new Set<string>(); // each detection warning once, not on every Node update
   const proxiers: Proxier[] = [];
   for (const family of w.families) {
@@ -65,8 +66,8 @@ export async function buildProxiers(w: ProxierWiring): Promise<MetaProxier> {
           metrics,
           Date.now,
         ),
-        minSyncPeriodMs: config.iptables.minSyncPeriod,
-        syncPeriodMs: dryRun ? 0 : config.iptables.syncPeriod,
+        minSyncPeriodMs,
+        syncPeriodMs: dryRun ? 0 : syncPeriodMs,
         localDetection: localDetectionChooser(
           family,
           detectLocalConfig(config),

@@ -20,17 +20,17 @@ export interface Observability {
   readonly serviceHealth: ServiceHealthServer | undefined;
 }
 
-/** Builds the metrics and health state (nothing listens yet). */
+/** Builds the metrics and health state (nothing listens yet); `syncPeriodMs` sets the health timeout. */
 export function createObservability(
-  config: KubeProxyConfiguration,
   options: EdgeproxyOptions,
   nodeName: string,
   apiStats: ApiStats,
   cacheState: CacheStateSource,
+  syncPeriodMs: number,
 ): Observability {
   const metrics = createAgentMetrics({ apiStats: options.manifests ? undefined : apiStats, cacheState });
   const health = new ProxyHealthServer({
-    healthTimeoutMs: healthTimeoutFor(config.iptables.syncPeriod),
+    healthTimeoutMs: healthTimeoutFor(syncPeriodMs),
     metrics: metrics.kubeproxy,
     cacheState,
     // Without an apiserver the Node may never arrive; do not report the node ineligible for that.

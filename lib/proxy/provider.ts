@@ -73,6 +73,10 @@ export interface BackendContext {
 
 /** A proxy mode: what `config.mode` names, one per process (built by lib/app/backends.ts). */
 export interface ProxyBackend {
+  /** The mode's sync periods from the configuration (each mode has its own section, as upstream's). */
+  syncPeriods(
+    config: KubeProxyConfiguration,
+  ): { readonly minSyncPeriodMs: number; readonly syncPeriodMs: number };
   /** The IP families this host can program in this mode (IPv4 first). */
   families(ctx: BackendContext): Promise<IPFamily[]>;
   /** The provider of one family (called once per family returned by {@link families}). */

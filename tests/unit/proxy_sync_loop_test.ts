@@ -157,3 +157,10 @@ test("the mode → backend factory knows iptables and names the field for anythi
   );
   assert.throws(() => backendFor("toString"), /unsupported proxy mode "toString"/);
 });
+
+test("the iptables backend takes its sync periods from the configuration's iptables section", () => {
+  const periods = backendFor("iptables").syncPeriods(
+    { iptables: { minSyncPeriod: 1000, syncPeriod: 30000 } } as never,
+  );
+  assert.deepEqual(periods, { minSyncPeriodMs: 1000, syncPeriodMs: 30000 });
+});

@@ -15,6 +15,11 @@ import { parseCIDR } from "../../net/go_net.ts";
 export function createIptablesBackend(): ProxyBackend {
   let ip6Runner: IptablesRunner | null = null;
   return {
+    syncPeriods: (config) => ({
+      minSyncPeriodMs: config.iptables.minSyncPeriod,
+      syncPeriodMs: config.iptables.syncPeriod,
+    }),
+
     async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
       // IPv4 always; IPv6 when the host can program it (or, in dry-run, when configured).
       if (dryRun) {
