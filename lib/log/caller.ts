@@ -8,7 +8,7 @@
  * the source map) gives klog's own placeholder `???:1`.
  */
 
-/** A caller: `path` relative to the project root (e.g. "lib/proxy/iptables/proxier.ts") and the line. */
+/** A caller: `path` relative to the project root (e.g. "lib/proxy/proxier.ts") and the line. */
 export interface Caller {
   path: string;
   line: number;

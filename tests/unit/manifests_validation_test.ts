@@ -9,11 +9,12 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { Proxier, type ProxierHost } from "../../lib/proxy/iptables/proxier.ts";
+import { Proxier } from "../../lib/proxy/proxier.ts";
+import { IptablesBackend, type IptablesHost } from "../../lib/proxy/iptables/backend.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
+import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
 import { startManifestsSource } from "../../lib/source/manifests.ts";
 import { StateStore } from "../../lib/source/state_store.ts";
 
@@ -21,7 +22,7 @@ import { StateStore } from "../../lib/source/state_store.ts";
 function newProxier() {
   const payloads: string[] = [];
   const warnings: string[] = [];
-  const host: ProxierHost = {
+  const host: IptablesHost = {
     restore: (p) => {
       payloads.push(typeof p === "string" ? p : p.join(""));
       return Promise.resolve();
@@ -31,24 +32,31 @@ function newProxier() {
     checkDrift: () => Promise.resolve(null),
   };
   const log = { info() {}, debug() {}, error() {}, warn: (m: string) => warnings.push(m) };
+  const metrics = createKubeProxyMetrics(new Registry());
   const proxier = new Proxier({
     family: "IPv4",
     nodeName: "edge-node-1",
-    host,
+    provider: new IptablesBackend({
+      family: "IPv4",
+      nodeName: "edge-node-1",
+      host,
+      log,
+      metrics,
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      localhostNodePorts: true,
+      nodePortAddresses: [],
+      features: { randomFully: false, nfacct: false, dropInvalid: true },
+      nodeIPs: () => ["192.168.0.2"],
+      primaryNodeIP: () => "192.168.0.2",
+    }),
     clock: new FakeClock(),
     log,
-    metrics: createKubeProxyMetrics(new Registry()),
+    metrics,
     health: { queuedUpdate: () => {}, updated: () => {} },
     minSyncPeriodMs: 1000,
     syncPeriodMs: 30000,
-    masqueradeAll: false,
-    masqueradeBit: 14,
-    localhostNodePorts: true,
-    nodePortAddresses: [],
-    localDetector: () => newDetectLocalByCIDR("10.244.0.0/16"),
-    features: { randomFully: false, nfacct: false, dropInvalid: true },
-    nodeIPs: () => ["192.168.0.2"],
-    primaryNodeIP: () => "192.168.0.2",
+    localDetection: () => detectLocalByCIDR("10.244.0.0/16"),
   });
   return { proxier, payloads, warnings };
 }

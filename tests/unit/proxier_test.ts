@@ -1,11 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { Proxier, type ProxierHost } from "../../lib/proxy/iptables/proxier.ts";
+import { Proxier } from "../../lib/proxy/proxier.ts";
+import { IptablesBackend, type IptablesHost } from "../../lib/proxy/iptables/backend.ts";
 import { FakeClock } from "../../lib/runtime/clock.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
+import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
 import type { OwnedRules } from "../../lib/proxy/iptables/owned_rules.ts";
 
 const quiet = { info() {}, warn() {}, error() {}, debug() {} };
@@ -31,7 +32,7 @@ function slice(name: string, ip: string, port: number): EndpointSlice {
 }
 
 interface Fake {
-  host: ProxierHost;
+  host: IptablesHost;
   payloads: string[];
   /** Whether each restore got chunks (an array) rather than one joined string. */
   chunked: boolean[];
@@ -84,21 +85,27 @@ function newProxier(f: Fake) {
   const p = new Proxier({
     family: "IPv4",
     nodeName: "node-a",
-    host: f.host,
+    provider: new IptablesBackend({
+      family: "IPv4",
+      nodeName: "node-a",
+      host: f.host,
+      log: quiet,
+      metrics,
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      localhostNodePorts: true,
+      nodePortAddresses: [],
+      features: { randomFully: false, nfacct: false, dropInvalid: true },
+      nodeIPs: () => ["127.0.0.1", "192.168.0.2"],
+      primaryNodeIP: () => "192.168.0.2",
+    }),
     clock: new FakeClock(),
     log: quiet,
     metrics,
     health: { queuedUpdate: () => health.queued++, updated: () => health.updated++ },
     minSyncPeriodMs: 1000,
     syncPeriodMs: 30000,
-    masqueradeAll: false,
-    masqueradeBit: 14,
-    localhostNodePorts: true,
-    nodePortAddresses: [],
-    localDetector: () => newDetectLocalByCIDR("10.0.0.0/8"),
-    features: { randomFully: false, nfacct: false, dropInvalid: true },
-    nodeIPs: () => ["127.0.0.1", "192.168.0.2"],
-    primaryNodeIP: () => "192.168.0.2",
+    localDetection: () => detectLocalByCIDR("10.0.0.0/8"),
   });
   return { p, metrics, health };
 }

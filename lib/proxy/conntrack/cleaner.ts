@@ -10,7 +10,7 @@ import type { EndpointsMap, UpdateEndpointsMapResult } from "../endpoints_change
 import { type ServicePortEndpoints, StaleFlowReconciler } from "./cleanup.ts";
 import type { ConntrackRunner } from "./runner.ts";
 import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
-import type { ConntrackCleaner } from "../iptables/proxier.ts";
+import type { ConntrackCleaner } from "../proxier.ts";
 
 /** Creates the cleaner for one family. */
 export function createConntrackCleaner(

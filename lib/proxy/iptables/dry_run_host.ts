@@ -4,7 +4,7 @@
  */
 import type { IPFamily } from "../types.ts";
 import { IPTABLES_JUMP_RULES, jumpRuleArgs } from "./jump_rules_table.ts";
-import type { ProxierHost } from "./proxier.ts";
+import type { IptablesHost } from "./backend.ts";
 
 /** Quotes an argument for a POSIX shell when it needs it, so the printed commands can be pasted. */
 function shellQuote(arg: string): string {
@@ -12,7 +12,7 @@ function shellQuote(arg: string): string {
 }
 
 /** Creates a host that writes each payload, headed by a comment naming the family, to `write`. */
-export function createDryRunHost(family: IPFamily, write: (text: string) => void): ProxierHost {
+export function createDryRunHost(family: IPFamily, write: (text: string) => void): IptablesHost {
   const bin = family === "IPv4" ? "iptables" : "ip6tables";
   return {
     restore(payload: string | readonly string[]): Promise<void> {

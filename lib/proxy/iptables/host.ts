@@ -13,13 +13,13 @@ import { canaryFlushed } from "./canary.ts";
 import { checkDrift, expectationFromOwned } from "./drift.ts";
 import { cleanupAllFamilies, iptablesPresent } from "./cleanup.ts";
 import type { OwnedRules } from "./owned_rules.ts";
-import type { ProxierHost } from "./proxier.ts";
+import type { IptablesHost } from "./backend.ts";
 
 /** Per-service chains sampled by each cheap drift check (rotating); fixed chains are always checked. */
 const DRIFT_SAMPLE = 32;
 
 /** Adapts an IptablesRunner to the proxier's host interface. */
-export function iptablesHost(runner: IptablesRunner): ProxierHost {
+export function iptablesHost(runner: IptablesRunner): IptablesHost {
   let cursor = 0;
   return {
     async restore(payload: RestorePayload): Promise<void> {
@@ -53,7 +53,7 @@ export async function createIptablesHost(
   family: IPFamily,
   warn: (m: string) => void,
   existing?: IptablesRunner,
-): Promise<{ host: ProxierHost; randomFully: boolean; runner: IptablesRunner }> {
+): Promise<{ host: IptablesHost; randomFully: boolean; runner: IptablesRunner }> {
   const runner = existing ?? await createIptablesRunner({ family });
   if (runner.versionNote) warn(`${runner.binaries.iptables}: ${runner.versionNote}`);
   return { host: iptablesHost(runner), randomFully: runner.features.hasRandomFully, runner };

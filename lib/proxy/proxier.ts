@@ -1,57 +1,31 @@
 /**
- * The iptables proxier for one IP family (upstream pkg/proxy/iptables/proxier.go, minus the rendering,
- * which lives in lib/proxy/iptables/render/render.ts). It turns handler events into pending changes, and on each run
- * of its BoundedFrequencyRunner applies them, renders a full or partial payload, hands it to the host,
- * and then updates health, metrics, conntrack, health-check node ports and the state cache.
+ * The shared sync loop for one IP family (upstream pkg/proxy/iptables/proxier.go's mode-neutral half,
+ * written once for every mode). It turns handler events into pending changes, and on each run of its
+ * BoundedFrequencyRunner applies them, hands the proxy state to its {@link Provider} for a full or
+ * partial sync, and then updates health, metrics, conntrack, health-check node ports and the state cache.
+ * Every syncPeriod it asks the provider whether the kernel still matches, and forces a full sync if not.
  */
-import type { EndpointSlice, Node, Service } from "../../k8s/objects.ts";
-import type { ProxyHandlers } from "../handlers.ts";
-import type { IPFamily } from "../types.ts";
+import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
+import type { ProxyHandlers } from "./handlers.ts";
+import type { IPFamily } from "./types.ts";
 import {
   ServiceChangeTracker,
   ServicePortMap,
   type UpdateServiceMapResult,
-} from "../service_change_tracker.ts";
+} from "./service_change_tracker.ts";
 import {
   EndpointsChangeTracker,
   EndpointsMap,
   type UpdateEndpointsMapResult,
-} from "../endpoints_change_tracker.ts";
-import {
-  type RenderFeatures,
-  renderIptablesRules,
-  type RenderResult,
-  type RenderState,
-} from "./render/render.ts";
-import type { LocalTrafficDetector } from "./local_detector.ts";
-import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
-import { BoundedFrequencyRunner } from "../runner/bounded_frequency_runner.ts";
-import type { Clock, TimerHandle } from "../../runtime/clock.ts";
-import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
+} from "./endpoints_change_tracker.ts";
+import type { Provider, SyncOutcome } from "./provider.ts";
+import { type LocalDetection, nodePodCIDRs } from "./local_detect.ts";
+import { BoundedFrequencyRunner } from "./runner/bounded_frequency_runner.ts";
+import type { Clock, TimerHandle } from "../runtime/clock.ts";
+import type { KubeProxyMetrics } from "../metrics/kubeproxy.ts";
 
 /** Upstream proxyutil.FullSyncPeriod: a full resync at least this often. */
 export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
-
-/** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
-export interface ProxierHost {
-  /**
-   * iptables-restore --noflush --counters of the payload, given as chunks that each end with "\n" (no line
-   * spans two chunks; a single string is one chunk); throws with the failing line on error.
-   */
-  restore(payload: string | readonly string[]): Promise<void>;
-  /** Chains now in the nat table, or null when they cannot be read (dry-run). */
-  natChains(): Promise<Set<string> | null>;
-  /**
-   * Ensures the jump rules from built-in chains and the canary chains (full syncs only, after the
-   * payload's restore, so the jumps lead into populated chains).
-   */
-  ensureBaseRules(): Promise<void>;
-  /**
-   * Compares the kernel with what we believe we own (rule counts per chain per table) and returns a
-   * reason when they differ, or null. Called every syncPeriod.
-   */
-  checkDrift(owned: OwnedRules): Promise<string | null>;
-}
 
 /** Deletes stale conntrack entries after a successful sync (UDP). */
 export interface ConntrackCleaner {
@@ -75,18 +49,22 @@ export interface ServiceHealthUpdater {
   syncEndpoints(localEndpoints: Map<string, number>): void;
 }
 
+/** The logger a proxier writes to. */
+export interface ProxierLog {
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string): void;
+  debug(msg: string): void;
+}
+
 /** Everything a proxier needs; all I/O is behind these. */
 export interface ProxierOptions {
   family: IPFamily;
   nodeName: string;
-  host: ProxierHost;
+  /** The proxy mode's side: programs the kernel and checks it for drift. */
+  provider: Provider;
   clock: Clock;
-  log: {
-    info(msg: string): void;
-    warn(msg: string): void;
-    error(msg: string): void;
-    debug(msg: string): void;
-  };
+  log: ProxierLog;
   metrics: KubeProxyMetrics;
   health: ProxierHealthUpdater;
   serviceHealth?: ServiceHealthUpdater;
@@ -97,24 +75,15 @@ export interface ProxierOptions {
   onSynced?: (info: SyncInfo) => void;
   minSyncPeriodMs: number;
   syncPeriodMs: number;
-  masqueradeAll: boolean;
-  masqueradeBit: number;
-  localhostNodePorts: boolean;
-  nodePortAddresses: readonly string[];
-  /** Builds the local-traffic detector; called again when the Node's podCIDRs change (NodeCIDR mode). */
-  localDetector: (node: Node | null) => LocalTrafficDetector;
-  features: RenderFeatures;
-  /** Local addresses of this family (for nodePortAddresses); called on every full sync. */
-  nodeIPs: () => readonly string[];
-  /** The node's primary IP of this family, or null. */
-  primaryNodeIP: () => string | null;
+  /** Decides local-traffic detection; called again when the Node's podCIDRs change (NodeCIDR mode). */
+  localDetection: (node: Node | null) => LocalDetection;
 }
 
 /** What a successful sync did. */
 export interface SyncInfo {
   family: IPFamily;
   full: boolean;
-  result: RenderResult;
+  outcome: SyncOutcome;
   durationMs: number;
 }
 
@@ -129,15 +98,11 @@ export class Proxier implements ProxyHandlers {
   readonly #runner: BoundedFrequencyRunner;
   readonly #labels: Record<string, string> = {};
   #node: Node | null = null;
-  #detector: LocalTrafficDetector;
+  #localDetection: LocalDetection;
   #servicesSynced = false;
   #endpointSlicesSynced = false;
   #needFullSync = true;
   #lastFullSyncMs = -Infinity;
-  #activeNatChains = new Set<string>();
-  /** What the last applied payload left in the shared chains; makes partial syncs incremental. */
-  #renderState: RenderState | null = null;
-  #owned: OwnedRules = new Map();
   #driftTimer: TimerHandle | null = null;
   #stopped = false;
   #syncs = 0;
@@ -156,7 +121,7 @@ export class Proxier implements ProxyHandlers {
       warn,
       trackerStartTime: new Date(o.clock.now()),
     });
-    this.#detector = o.localDetector(null);
+    this.#localDetection = o.localDetection(null);
     this.#runner = new BoundedFrequencyRunner({
       name: `sync-runner-${o.family}`,
       fn: () => this.syncProxyRules(),
@@ -274,12 +239,12 @@ export class Proxier implements ProxyHandlers {
     const labels = node.metadata?.labels ?? {};
     const labelsChanged =
       JSON.stringify(sortedEntries(labels)) !== JSON.stringify(sortedEntries(this.#labels));
-    const cidrsBefore = JSON.stringify(podCIDRs(this.#node));
+    const cidrsBefore = JSON.stringify(nodePodCIDRs(this.#node));
     this.#node = node;
-    const cidrsChanged = JSON.stringify(podCIDRs(node)) !== cidrsBefore;
+    const cidrsChanged = JSON.stringify(nodePodCIDRs(node)) !== cidrsBefore;
     if (cidrsChanged) {
-      // Upstream restarts the process when podCIDRs change (NodeCIDR mode); rebuilding the detector is equivalent.
-      this.#detector = this.#o.localDetector(node);
+      // Upstream restarts the process when podCIDRs change (NodeCIDR mode); deciding again is equivalent.
+      this.#localDetection = this.#o.localDetection(node);
     }
     if (labelsChanged || cidrsChanged) {
       for (const k of Object.keys(this.#labels)) delete this.#labels[k];
@@ -313,7 +278,7 @@ export class Proxier implements ProxyHandlers {
     if (this.#syncs === 0 || this.#needFullSync || this.#syncing) return null;
     const generation = this.#syncStarts;
     try {
-      const reason = await this.#o.host.checkDrift(this.#owned);
+      const reason = await this.#o.provider.checkDrift();
       if (this.#syncing || this.#syncStarts !== generation) {
         // A sync changed the kernel and our expectation while the check was reading: the comparison
         // mixes two states, so it proves nothing either way. The next period checks again.
@@ -357,49 +322,22 @@ export class Proxier implements ProxyHandlers {
     o.metrics.serviceChangesPending.set({}, 0);
     o.metrics.endpointChangesPending.set({}, 0);
 
-    let result: RenderResult;
+    let outcome: SyncOutcome;
     try {
-      // Stale chains: on full syncs ask the kernel (leftovers of an earlier process); on partial syncs
-      // what we created is enough, which saves an iptables-save per sync. Handing the renderer its own
-      // previous set (not a copy) lets it find them from the changed service ports alone.
-      const existing = full ? await o.host.natChains() : this.#activeNatChains;
-      const changed = new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]);
-      result = renderIptablesRules({
+      outcome = await o.provider.sync({
         family: this.family,
         services: this.#svcPortMap,
         endpoints: this.#endpointsMap,
-        nodeName: o.nodeName,
+        changedServices: new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]),
         nodeLabels: this.#labels,
-        primaryNodeIP: o.primaryNodeIP(),
-        nodeIPs: o.nodeIPs(),
-        masqueradeAll: o.masqueradeAll,
-        masqueradeBit: o.masqueradeBit,
-        localhostNodePorts: o.localhostNodePorts,
-        nodePortAddresses: o.nodePortAddresses,
-        localDetector: this.#detector,
-        features: o.features,
-        full,
-        changedServices: changed,
-        existingNatChains: !full || existing === null
-          ? existing
-          : new Set([...existing, ...this.#activeNatChains]),
-        // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
-      }, this.#renderState);
-      for (const w of result.warnings) o.log.warn(w);
-      await o.host.restore(result.payloadChunks);
-      // Jump rules after the restore (make-before-break): the built-in chains then jump into fully
-      // populated chains, and the first rules are programmed without waiting for the base-rule reads.
-      if (full) await o.host.ensureBaseRules();
+        localDetection: this.#localDetection,
+      }, { full });
     } catch (e) {
       o.log.error(
         `${full ? "full" : "partial"} sync of ${this.family} rules failed: ${(e as Error).message}`,
       );
-      o.metrics.iptablesRestoreFailuresTotal.inc({ ip_family: this.family });
-      if (!full) o.metrics.iptablesPartialRestoreFailuresTotal.inc({ ip_family: this.family });
-      // The change trackers were drained: only a full sync can bring the kernel back in line. Part of
-      // the payload may have been applied (one transaction per table), so the render state is unknown.
+      // The change trackers were drained: only a full sync can bring the kernel back in line.
       this.#needFullSync = true;
-      this.#renderState = null;
       this.#runner.retryAfter(o.syncPeriodMs);
       return;
     }
@@ -408,11 +346,7 @@ export class Proxier implements ProxyHandlers {
     if (full) {
       this.#needFullSync = false;
       this.#lastFullSyncMs = start;
-      this.#owned = new Map();
     }
-    applyPayloadToOwnedRules(this.#owned, result.payloadChunks);
-    this.#activeNatChains = result.activeNatChains;
-    this.#renderState = result.state;
     this.#syncs++;
 
     const fam = { ip_family: this.family };
@@ -423,17 +357,13 @@ export class Proxier implements ProxyHandlers {
       seconds,
     );
     o.metrics.syncProxyRulesLastTimestamp.set(fam, end / 1000);
-    o.metrics.iptablesRulesLastSync.set({ ...fam, table: "filter" }, result.rulesWritten.filter);
-    o.metrics.iptablesRulesLastSync.set({ ...fam, table: "nat" }, result.rulesWritten.nat);
-    o.metrics.iptablesRulesTotal.set({ ...fam, table: "filter" }, result.rulesTotal.filter);
-    o.metrics.iptablesRulesTotal.set({ ...fam, table: "nat" }, result.rulesTotal.nat);
     o.metrics.syncProxyRulesNoLocalEndpointsTotal.set(
       { ...fam, traffic_policy: "internal" },
-      result.noLocalEndpoints.internal,
+      outcome.noLocalEndpoints.internal,
     );
     o.metrics.syncProxyRulesNoLocalEndpointsTotal.set(
       { ...fam, traffic_policy: "external" },
-      result.noLocalEndpoints.external,
+      outcome.noLocalEndpoints.external,
     );
     for (const times of epResult.lastChangeTriggerTimes.values()) {
       for (const t of times) {
@@ -442,9 +372,7 @@ export class Proxier implements ProxyHandlers {
     }
     o.health.updated(this.family);
     o.log.debug(
-      `${result.mode} sync of ${this.family} rules took ${end - start}ms (${
-        payloadLength(result.payloadChunks)
-      } bytes)`,
+      `${outcome.kind} sync of ${this.family} rules took ${end - start}ms (${outcome.bytes} bytes)`,
     );
 
     o.serviceHealth?.syncServices(this.#svcPortMap.healthCheckNodePorts());
@@ -456,23 +384,10 @@ export class Proxier implements ProxyHandlers {
         o.log.warn(`conntrack cleanup (${this.family}) failed: ${(e as Error).message}`);
       }
     }
-    o.onSynced?.({ family: this.family, full, result, durationMs: end - start });
+    o.onSynced?.({ family: this.family, full, outcome, durationMs: end - start });
   }
-}
-
-/** Characters in a chunked payload (reading `RenderResult.payload` would join the chunks). */
-function payloadLength(chunks: readonly string[]): number {
-  let n = 0;
-  for (const c of chunks) n += c.length;
-  return n;
 }
 
 function sortedEntries(r: Record<string, string>): Array<[string, string]> {
   return Object.entries(r).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-}
-
-function podCIDRs(node: Node | null): string[] {
-  if (!node) return [];
-  const l = node.spec?.podCIDRs ?? [];
-  return l.length > 0 ? l : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
 }
