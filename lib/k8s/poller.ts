@@ -6,13 +6,10 @@
  * MAX_API_MESSAGE_BYTES (lib/k8s/bounded_read.ts) fails the round, like any other error.
  */
 import { sleep } from "./backoff.ts";
-import {
-  FailureTracker,
-  type ReflectorTimings,
-  type ResourceEventHandler,
-  ResourceSink,
-  type ResourceSpec,
-} from "./reflector.ts";
+import { FailureTracker } from "./failure_tracker.ts";
+import type { ReflectorTimings } from "./reflector.ts";
+import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
+import { ResourceSink } from "./resource_sink.ts";
 import type { ApiStats } from "./stats.ts";
 import { type ApiTransport, errorChain, listAll, type Logger, silentLogger } from "./transport.ts";
 import type { KubeObject, ObjectStore } from "./store.ts";

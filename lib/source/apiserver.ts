@@ -6,15 +6,14 @@
  */
 import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
 import { Poller } from "../k8s/poller.ts";
+import { Reflector, type ReflectorTimings } from "../k8s/reflector.ts";
 import {
   ENDPOINTSLICES_RESOURCE,
   nodeResource,
-  Reflector,
-  type ReflectorTimings,
   type ResourceEventHandler,
   type ResourceSpec,
   SERVICES_RESOURCE,
-} from "../k8s/reflector.ts";
+} from "../k8s/resource.ts";
 import { ApiStats } from "../k8s/stats.ts";
 import { type ApiTransport, type Logger, silentLogger } from "../k8s/transport.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";

@@ -9,7 +9,8 @@ import http from "node:http";
 import { staticCredentials } from "../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, type Logger } from "../../lib/k8s/transport.ts";
 import { ApiStats } from "../../lib/k8s/stats.ts";
-import { Reflector, type ResourceEventHandler, SERVICES_RESOURCE } from "../../lib/k8s/reflector.ts";
+import { Reflector } from "../../lib/k8s/reflector.ts";
+import { type ResourceEventHandler, SERVICES_RESOURCE } from "../../lib/k8s/resource.ts";
 import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 type WatchMode = "stream" | "silent" | "no-headers" | "close";

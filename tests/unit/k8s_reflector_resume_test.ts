@@ -17,12 +17,8 @@ import { join } from "node:path";
 import { startTestApiserver, type TestApiserver } from "../support/apiserver.ts";
 import { loadRestConfig } from "../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, type Logger } from "../../lib/k8s/transport.ts";
-import {
-  Reflector,
-  type ReflectorTimings,
-  type ResourceEventHandler,
-  SERVICES_RESOURCE,
-} from "../../lib/k8s/reflector.ts";
+import { Reflector, type ReflectorTimings } from "../../lib/k8s/reflector.ts";
+import { type ResourceEventHandler, SERVICES_RESOURCE } from "../../lib/k8s/resource.ts";
 import { Poller } from "../../lib/k8s/poller.ts";
 import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 

@@ -13,15 +13,14 @@ import { startTestApiserver, type TestApiserver } from "../support/apiserver.ts"
 import { loadRestConfig } from "../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, type Logger } from "../../lib/k8s/transport.ts";
 import { ApiStats } from "../../lib/k8s/stats.ts";
+import { Reflector, type ReflectorTimings } from "../../lib/k8s/reflector.ts";
 import {
   ENDPOINTSLICES_RESOURCE,
   nodeResource,
-  Reflector,
-  type ReflectorTimings,
   type ResourceEventHandler,
   type ResourceSpec,
   SERVICES_RESOURCE,
-} from "../../lib/k8s/reflector.ts";
+} from "../../lib/k8s/resource.ts";
 import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
 
 const FAST: ReflectorTimings = {
