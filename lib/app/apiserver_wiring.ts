@@ -6,7 +6,8 @@
  */
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
-import { loadRestConfig, type RestConfig } from "../k8s/kubeconfig.ts";
+import { loadRestConfig } from "../k8s/kubeconfig.ts";
+import type { RestConfig } from "../k8s/rest_config.ts";
 import { ApiTransport } from "../k8s/transport.ts";
 import type { ApiStats } from "../k8s/stats.ts";
 import { startApiserverSource } from "../source/apiserver.ts";

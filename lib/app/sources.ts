@@ -4,7 +4,7 @@
  * apiserver is not reachable within --cache-start-deadline. Everything goes into the StateStore.
  */
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
-import type { RestConfig } from "../k8s/kubeconfig.ts";
+import type { RestConfig } from "../k8s/rest_config.ts";
 import type { ApiStats } from "../k8s/stats.ts";
 import type { StateStore } from "../source/state_store.ts";
 import { startManifestsSource } from "../source/manifests.ts";

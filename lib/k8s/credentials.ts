@@ -1,6 +1,6 @@
 /**
  * The credentials contract between the kubeconfig loader, the credential sources (token files, exec
- * plugins) and the transport that attaches them to each request.
+ * plugins) and the transport that attaches them to each request; and the credentials that never change.
  */
 
 /** What one request needs to authenticate: a header value and/or a client certificate. */
@@ -26,4 +26,10 @@ export interface Credentials {
   close?(): void;
   /** What kind of credentials these are, for logs (never the secret itself). */
   readonly description: string;
+}
+
+/** Credentials that never change. */
+export function staticCredentials(m: AuthMaterial, description: string): Credentials {
+  const frozen = { ...m };
+  return { get: () => Promise.resolve(frozen), invalidate: () => {}, description };
 }

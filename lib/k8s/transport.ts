@@ -9,7 +9,7 @@ import pkg from "../../package.json" with { type: "json" };
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../runtime/fetch_tls.ts";
 import { MAX_API_MESSAGE_BYTES, MessageTooLargeError, readBounded } from "./bounded_read.ts";
 import type { AuthMaterial } from "./credentials.ts";
-import type { RestConfig } from "./kubeconfig.ts";
+import type { RestConfig } from "./rest_config.ts";
 import type { ObjectList, Status } from "./objects.ts";
 import { RateLimiter } from "./rate_limiter.ts";
 import { type ApiStats, type ApiVerb, ERROR_CODE } from "./stats.ts";

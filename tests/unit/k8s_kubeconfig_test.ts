@@ -6,12 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Buffer } from "node:buffer";
 import process from "node:process";
-import {
-  FileTokenCredentials,
-  loadRestConfig,
-  mergeKubeconfigs,
-  SERVICE_ACCOUNT_DIR,
-} from "../../lib/k8s/kubeconfig.ts";
+import { loadRestConfig } from "../../lib/k8s/kubeconfig.ts";
+import { mergeKubeconfigs } from "../../lib/k8s/kubeconfig_merge.ts";
+import { SERVICE_ACCOUNT_DIR } from "../../lib/k8s/in_cluster.ts";
+import { FileTokenCredentials } from "../../lib/k8s/token_file_credentials.ts";
 import { ExecCredentialProvider, parseExecCredential } from "../../lib/k8s/exec_credential.ts";
 
 const CA = "-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n";

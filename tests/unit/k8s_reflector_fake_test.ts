@@ -6,7 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
-import { staticCredentials } from "../../lib/k8s/kubeconfig.ts";
+import { staticCredentials } from "../../lib/k8s/credentials.ts";
 import { ApiTransport, type Logger } from "../../lib/k8s/transport.ts";
 import { ApiStats } from "../../lib/k8s/stats.ts";
 import { Reflector } from "../../lib/k8s/reflector.ts";

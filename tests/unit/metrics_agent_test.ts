@@ -7,7 +7,7 @@ import { createAgentMetrics } from "../../lib/metrics/agent_metrics.ts";
 import { currentBuildInfo, goArch } from "../../lib/metrics/build_info.ts";
 import { VERSION } from "../../lib/cli/version.ts";
 import http from "node:http";
-import { staticCredentials } from "../../lib/k8s/kubeconfig.ts";
+import { staticCredentials } from "../../lib/k8s/credentials.ts";
 import { ApiTransport } from "../../lib/k8s/transport.ts";
 
 /** The checked-in upstream list: name → type. */
