@@ -3,7 +3,8 @@
  * the state cache: @kubernetes/client-node's generated models (V1Service, V1EndpointSlice, V1Node) seen
  * through {@link Wire}, because those models describe client-node's deserialised objects, not the wire:
  * their timestamps are Date (raw JSON never is) and some fields are required that a peer may omit.
- * Validation happens in lib/model.
+ * Validation happens where each is consumed: lib/proxy/service_port.ts (Services),
+ * lib/proxy/endpoint_slice_cache.ts (EndpointSlices), lib/source/node_shape.ts (the Node).
  */
 import type {
   DiscoveryV1EndpointPort,

@@ -5,20 +5,11 @@
 import type { EndpointInfo } from "./types.ts";
 import { joinHostPort } from "../net/go_net.ts";
 
-/** Fields of one endpoint address of an EndpointSlice, already validated and normalised. */
-export interface EndpointFields {
-  /** Normalised IP (addresses[0]). */
-  readonly ip: string;
-  readonly nodeName: string;
-  readonly zone: string;
-  readonly ready: boolean;
-  readonly serving: boolean;
-  readonly terminating: boolean;
-  /** Sorted, deduplicated hints.forZones[].name, or null when the endpoint has none. */
-  readonly zoneHints: readonly string[] | null;
-  /** Sorted, deduplicated hints.forNodes[].name, or null when the endpoint has none. */
-  readonly nodeHints: readonly string[] | null;
-}
+/**
+ * Fields of one endpoint address of an EndpointSlice (its addresses[0]), already validated and normalised:
+ * an {@link EndpointInfo} before it is paired with a port and a locality.
+ */
+export type EndpointFields = Omit<EndpointInfo, "port" | "endpoint" | "isLocal">;
 
 /** Builds the EndpointInfo of `fields` on `port` (upstream newBaseEndpointInfo). */
 export function newEndpointInfo(fields: EndpointFields, port: number, isLocal: boolean): EndpointInfo {

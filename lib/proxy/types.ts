@@ -1,6 +1,7 @@
 /**
  * Proxy-side views of Services and endpoints, in kube-proxy's vocabulary (pkg/proxy/serviceport.go,
- * endpoint.go). Built from API objects by lib/model; consumed by endpoint selection and rule rendering.
+ * endpoint.go). Built from API objects by lib/proxy/service_port.ts and endpoint_slice_cache.ts; consumed by
+ * endpoint selection and by each backend's rule rendering.
  * These are plain, immutable data: the renderer reads nothing else.
  */
 import { namespacedName } from "../k8s/objects.ts";
@@ -70,9 +71,9 @@ export interface EndpointInfo {
   readonly ready: boolean;
   readonly serving: boolean;
   readonly terminating: boolean;
-  /** Zone hints (hints.forZones[].name), or null when the endpoint carries none. */
+  /** Zone hints (hints.forZones[].name, sorted, deduplicated), or null when the endpoint carries none. */
   readonly zoneHints: readonly string[] | null;
-  /** Node hints (hints.forNodes[].name), or null when the endpoint carries none. */
+  /** Node hints (hints.forNodes[].name, sorted, deduplicated), or null when the endpoint carries none. */
   readonly nodeHints: readonly string[] | null;
   readonly nodeName: string;
   readonly zone: string;

@@ -104,6 +104,14 @@ export class StateStore implements ProxyHandlers {
     this.#markSynced("node", "cache");
   }
 
+  /** The map holding Services or EndpointSlices (the Node is a single entry). */
+  #mapOf(kind: "service" | "endpointSlice"): Map<string, Entry<Service | EndpointSlice>> {
+    return (kind === "service" ? this.#services : this.#slices) as Map<
+      string,
+      Entry<Service | EndpointSlice>
+    >;
+  }
+
   #upsert(kind: Kind, obj: Service | EndpointSlice | Node, origin: Origin): void {
     if (kind === "node") {
       const prev = this.#node;
@@ -115,10 +123,7 @@ export class StateStore implements ProxyHandlers {
       }
       return;
     }
-    const map = (kind === "service" ? this.#services : this.#slices) as Map<
-      string,
-      Entry<Service | EndpointSlice>
-    >;
+    const map = this.#mapOf(kind);
     const key = keyOf(obj.metadata);
     const prev = map.get(key);
     if (prev && origin === "cache" && prev.origin === "live") return;
@@ -146,10 +151,7 @@ export class StateStore implements ProxyHandlers {
       this.#emit(() => this.downstream.onNodeDelete(prev.obj));
       return;
     }
-    const map = (kind === "service" ? this.#services : this.#slices) as Map<
-      string,
-      Entry<Service | EndpointSlice>
-    >;
+    const map = this.#mapOf(kind);
     const key = keyOf(obj.metadata);
     const prev = map.get(key);
     if (!prev) return;
@@ -165,11 +167,7 @@ export class StateStore implements ProxyHandlers {
       if (kind === "node") {
         if (this.#node?.origin === "cache") this.#remove("node", this.#node.obj);
       } else {
-        const map = (kind === "service" ? this.#services : this.#slices) as Map<
-          string,
-          Entry<Service | EndpointSlice>
-        >;
-        for (const e of [...map.values()]) if (e.origin === "cache") this.#remove(kind, e.obj);
+        for (const e of [...this.#mapOf(kind).values()]) if (e.origin === "cache") this.#remove(kind, e.obj);
       }
     }
     if (this.#synced[kind]) return;

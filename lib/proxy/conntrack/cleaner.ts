@@ -1,5 +1,5 @@
 /**
- * Adapts the stale-flow reconciler (lib/conntrack) to the proxier: after a successful sync it reconciles
+ * Adapts the stale-flow reconciler (cleanup.ts) to the proxier: after a successful sync it reconciles
  * UDP conntrack entries of this family, but only when the sync could have made entries stale (a full sync,
  * removed UDP endpoints or service ports, UDP services that gained their first endpoint), so quiet partial
  * syncs do not pay for listing the conntrack table. Records upstream's reconciler metrics.

@@ -6,6 +6,7 @@
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { externallyAccessible, servicePortNameString } from "../../types.ts";
+import { namespacedName } from "../../../k8s/objects.ts";
 import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from "../../topology.ts";
 import { chainsForHash, endpointHash, portProtoHash } from "../chain_names.ts";
 import { checkEndpoint, checkServicePort } from "./validate.ts";
@@ -199,5 +200,5 @@ function servicePortProblem(
 export function isWritten(input: RenderInput, key: string, svc: ServicePortInfo): boolean {
   if (input.full || input.changedServices.has(key)) return true;
   const n = svc.name;
-  return n !== undefined && n !== null && input.changedServices.has(`${n.namespace}/${n.name}`);
+  return n !== undefined && n !== null && input.changedServices.has(namespacedName(n.namespace, n.name));
 }

@@ -6,6 +6,7 @@
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { isIPOfFamily, parseCIDR } from "../../../net/ip.ts";
+import { joinHostPort } from "../../../net/go_net.ts";
 
 /** Namespace, name and port name: Kubernetes names are DNS labels/subdomains; only this set is emitted. */
 const SAFE_NAME = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$/;
@@ -16,11 +17,6 @@ const SAFE_ARG = /^(!|[A-Za-z0-9._:\/+@-]{1,64})$/;
 
 function isPort(n: unknown, allowZero: boolean): boolean {
   return typeof n === "number" && Number.isInteger(n) && n <= 65535 && (n >= 1 || (allowZero && n === 0));
-}
-
-/** The "ip:port" string for an endpoint, IPv6 bracketed (Go net.JoinHostPort). */
-export function joinHostPort(ip: string, port: number): string {
-  return ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`;
 }
 
 /**
