@@ -7,12 +7,19 @@
  */
 
 /**
- * Largest watch event line, and largest LIST page body, the agent accepts: 64 MiB. A real apiserver never
- * comes close (etcd refuses objects above 1.5 MiB by default, and a LIST page holds at most 500 of them);
- * past this limit the stream or page is dropped with one error naming the resource and the limit, and the
+ * Largest LIST page body (and any other non-watch response) the agent accepts: 64 MiB. A real apiserver
+ * never comes close (etcd refuses objects above 1.5 MiB by default, and a LIST page holds at most 500 of
+ * them); past this limit the page is dropped with one error naming the resource and the limit, and the
  * request is retried with backoff.
  */
 export const MAX_API_MESSAGE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Largest watch event line the agent accepts: 16 MiB. One line carries one object, which etcd caps at
+ * 1.5 MiB by default (a few MiB as JSON at most); a lower bound than a page's keeps the three watches'
+ * unfinished lines at 48 MiB in all, whatever a broken server streams.
+ */
+export const MAX_WATCH_EVENT_BYTES = 16 * 1024 * 1024;
 
 /** A response body or a watch line longer than the limit; the request is dropped. */
 export class MessageTooLargeError extends Error {

@@ -19,7 +19,7 @@
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { type Backoff, type BackoffOptions, sleep } from "./backoff.ts";
-import { MAX_API_MESSAGE_BYTES } from "./bounded_read.ts";
+import { MAX_API_MESSAGE_BYTES, MAX_WATCH_EVENT_BYTES } from "./bounded_read.ts";
 import { FailureTracker } from "./failure_tracker.ts";
 import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
 import { ResourceSink } from "./resource_sink.ts";
@@ -45,8 +45,10 @@ export interface ReflectorTimings {
   maxRetryAfterMs?: number;
   /** LIST page size (default 500). */
   pageSize?: number;
-  /** Largest watch event line and LIST page body (bytes, default {@link MAX_API_MESSAGE_BYTES}). */
+  /** Largest LIST page body (bytes, default {@link MAX_API_MESSAGE_BYTES}); also the event line limit when set. */
   maxMessageBytes?: number;
+  /** Largest watch event line (bytes; default maxMessageBytes when set, else {@link MAX_WATCH_EVENT_BYTES}). */
+  maxEventBytes?: number;
   /** Random source for timeoutSeconds (tests). */
   random?: () => number;
 }
@@ -103,6 +105,7 @@ export class Reflector<T extends KubeObject> {
       maxRetryAfterMs: t.maxRetryAfterMs ?? 60_000,
       pageSize: t.pageSize ?? 500,
       maxMessageBytes: t.maxMessageBytes ?? MAX_API_MESSAGE_BYTES,
+      maxEventBytes: t.maxEventBytes ?? t.maxMessageBytes ?? MAX_WATCH_EVENT_BYTES,
       random: t.random ?? Math.random,
     };
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
@@ -256,7 +259,7 @@ export class Reflector<T extends KubeObject> {
       cursor: this.#cursor,
       timeoutSeconds,
       silenceMs,
-      maxMessageBytes: tm.maxMessageBytes,
+      maxEventBytes: tm.maxEventBytes,
       onAccepted: () => this.#failures.ok("watch"),
     }, stopSignal);
   }

@@ -47,7 +47,7 @@ export interface WatchRequest<T extends KubeObject> {
   /** Silence after which the watchdog aborts the watch (ms). */
   silenceMs: number;
   /** Largest watch event line (bytes). */
-  maxMessageBytes: number;
+  maxEventBytes: number;
   /** Called when the apiserver accepted the watch. */
   onAccepted: () => void;
 }
@@ -104,7 +104,7 @@ export async function watchOnce<T extends KubeObject>(
     }
     established = true;
     reader = res.body.getReader();
-    const splitter = new LineSplitter(req.maxMessageBytes, `watch ${spec.resource}`);
+    const splitter = new LineSplitter(req.maxEventBytes, `watch ${spec.resource}`);
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;

@@ -21,6 +21,7 @@ import { Reflector, type ReflectorTimings } from "../../lib/k8s/reflector.ts";
 import { type ResourceEventHandler, SERVICES_RESOURCE } from "../../lib/k8s/resource.ts";
 import { Poller } from "../../lib/k8s/poller.ts";
 import { type KubeObject, objectKey } from "../../lib/k8s/store.ts";
+import { MAX_API_MESSAGE_BYTES, MAX_WATCH_EVENT_BYTES } from "../../lib/k8s/bounded_read.ts";
 
 /** A backoff this long never ends within a test: a reconnect that happens went around it. */
 const NO_BACKOFF: ReflectorTimings = {
@@ -276,6 +277,40 @@ describe("reflector: size limits", () => {
       h.srv.faults.clear();
       h.srv.create("services", svc("x"));
       await waitFor("x delivered once the stream is sane", () => h.rec.keys.has("default/x"));
+    } finally {
+      await h.stop();
+    }
+  });
+
+  it("event lines have their own, lower limit: a 2 MiB page is listed while a 2 MiB event line is dropped", {
+    timeout: 60_000,
+  }, async () => {
+    assert.equal(MAX_WATCH_EVENT_BYTES, 16 * 1024 * 1024);
+    assert.ok(MAX_WATCH_EVENT_BYTES < MAX_API_MESSAGE_BYTES);
+    const h = await harness(
+      {
+        ...NO_BACKOFF,
+        backoff: { initialMs: 50, maxMs: 200, jitter: 0 },
+        maxMessageBytes: 4 * 1024 * 1024,
+        maxEventBytes: 1024 * 1024,
+      },
+      {},
+      (srv) => {
+        srv.create("services", svc("a"));
+        srv.faults.oversizeNextList(2 * 1024 * 1024);
+      },
+    );
+    try {
+      await h.r.synced;
+      assert.equal(h.lists(), 1, "the 2 MiB page is under the page limit");
+      await waitFor("watch open", () => h.srv.activeWatches() === 1);
+      await pause(300);
+      h.srv.faults.endlessWatchLine(["services"]);
+      h.srv.faults.dropWatches();
+      await waitFor(
+        "an oversized line",
+        () => h.log.lines.some((l) => l.includes("larger than the limit of 1 MiB")),
+      );
     } finally {
       await h.stop();
     }
