@@ -1,0 +1,162 @@
+/**
+ * The nftables renderer for a full sync: upstream kube-proxy's nftables syncProxyRules (v1.34, with
+ * needFullSync) as a pure function. Service ports, endpoints and node facts of one IP family in; the
+ * `nft -f -` transaction upstream would send for table `kube-proxy` of that family out. Service ports
+ * are processed in sorted key order (upstream: map order), so the same input gives the same bytes.
+ *
+ * Stale objects are handled as upstream does, from the table's current chains and sets given by the
+ * caller: per-service chains no longer used are flushed (deleted by a later sync, once no map element
+ * can still reference them) and unused affinity sets are deleted.
+ */
+import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../types.ts";
+import { servicePortKey } from "../../types.ts";
+import { categorizeEndpoints } from "../../topology.ts";
+import type { NodePortAddresses } from "../../nodeport_addresses.ts";
+import { compareEndpoints } from "../../endpoints.ts";
+import { isLoopback, parseIP } from "../../../net/ip.ts";
+import { masqueradeMark } from "../../iptables/render/render.ts";
+import { type NftFamily, NftTransaction } from "./transaction.ts";
+import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
+import { writeSetup } from "./setup.ts";
+import { writeServicePort } from "./service_port.ts";
+import { isAffinitySetName, isServiceChainName, KUBE_PROXY_TABLE } from "./names.ts";
+
+/** Everything one full nftables sync of one IP family needs. */
+export interface NftRenderInput {
+  readonly family: IPFamily;
+  /** Service ports of this family (any order; keyed by servicePortKey internally). */
+  readonly services: Iterable<ServicePortInfo>;
+  /** Endpoints per service port, keyed by servicePortKey (any order; sorted by "ip:port" here). */
+  readonly endpoints: ReadonlyMap<string, readonly EndpointInfo[]>;
+  /** This node's name (node topology hints). */
+  readonly nodeName: string;
+  /** This node's labels (topology zone). */
+  readonly nodeLabels: Readonly<Record<string, string>>;
+  /** The node's primary IP of this family, or null (loadBalancerSourceRanges hairpin). */
+  readonly nodeIP: string | null;
+  /** `--nodeport-addresses` for this family (lib/proxy/nodeport_addresses.ts). */
+  readonly nodePortAddresses: NodePortAddresses;
+  /** This family's local interface addresses, from which the nodeport-ips set is chosen. */
+  readonly localAddresses: readonly string[];
+  /** ServiceCIDRs (either family; this family's are used): unallocated ClusterIPs in them are dropped. */
+  readonly serviceCIDRs: readonly string[];
+  /** 0..31; the mark is 1 << bit, formatted as Go's %#08x. */
+  readonly masqueradeBit: number;
+  readonly masqueradeAll: boolean;
+  readonly localDetector: NftLocalTrafficDetector;
+  /** First sync of this process: recreate the base chains (upstream's one-time add+delete). */
+  readonly firstSync: boolean;
+  /** Chains now in the table (upstream lists them each sync), or null when the table does not exist. */
+  readonly existingChains: Iterable<string> | null;
+  /** Sets now in the table, or null when the table does not exist. */
+  readonly existingSets: Iterable<string> | null;
+  /** PreferSameTrafficDistribution feature gate (default true). */
+  readonly preferSameTrafficDistribution?: boolean;
+}
+
+/** What one full render produced. */
+export interface NftRenderResult {
+  /** The transaction text for `nft -f -`. */
+  readonly transaction: string;
+  /** Number of commands in it. */
+  readonly operations: number;
+  /** Per-service and per-endpoint chains in use, sorted. */
+  readonly activeChains: readonly string[];
+  /** Per-service chains flushed as stale this sync (to delete in a later one), sorted. */
+  readonly staleChains: readonly string[];
+  /** Service ports whose internal traffic has no local endpoints (metric). */
+  readonly noLocalEndpointsInternal: number;
+  /** Service ports whose external traffic has no local endpoints (metric). */
+  readonly noLocalEndpointsExternal: number;
+  /** One line per input problem ignored (loopback nodePortAddresses). */
+  readonly warnings: readonly string[];
+}
+
+/** nft family of an IP family. */
+export function nftFamily(family: IPFamily): NftFamily {
+  return family === "IPv6" ? "ip6" : "ip";
+}
+
+/** CIDRs of `family` among `cidrs`, in order (upstream OnServiceCIDRsChanged filtering). */
+function cidrsOfFamily(cidrs: readonly string[], family: IPFamily): string[] {
+  return cidrs.filter((c) => c.includes(":") === (family === "IPv6"));
+}
+
+/** Renders a full sync of `input.family` (upstream syncProxyRules with needFullSync). */
+export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
+  const family = nftFamily(input.family);
+  const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
+  const warnings: string[] = [];
+
+  let nodePortIPs: string[] = [];
+  if (!input.nodePortAddresses.matchAll) {
+    for (const ip of input.nodePortAddresses.nodeIPs(input.localAddresses)) {
+      const bytes = parseIP(ip);
+      if (bytes !== null && isLoopback(bytes)) {
+        warnings.push(
+          `--nodeport-addresses includes localhost but localhost NodePorts are not supported: address ${ip}`,
+        );
+        continue;
+      }
+      nodePortIPs.push(ip);
+    }
+  }
+  nodePortIPs = [...new Set(nodePortIPs)];
+
+  writeSetup(tx, {
+    family,
+    masqueradeMark: masqueradeMark(input.masqueradeBit),
+    serviceCIDRs: cidrsOfFamily(input.serviceCIDRs, input.family),
+    nodePortMatchAll: input.nodePortAddresses.matchAll,
+    nodePortIPs,
+    recreateBaseChains: input.firstSync,
+  });
+
+  const ctx = {
+    family,
+    masqueradeAll: input.masqueradeAll,
+    local: localTrafficMatches(input.localDetector),
+    nodeIP: input.nodeIP,
+  };
+  const byKey = new Map<string, ServicePortInfo>();
+  for (const svc of input.services) byKey.set(servicePortKey(svc.name), svc);
+  const keys = [...byKey.keys()].sort();
+
+  const activeChains = new Set<string>();
+  const activeAffinitySets = new Set<string>();
+  let noLocalInternal = 0;
+  let noLocalExternal = 0;
+  for (const key of keys) {
+    const svc = byKey.get(key)!;
+    const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+    const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
+      preferSameTrafficDistribution: input.preferSameTrafficDistribution,
+    });
+    const out = writeServicePort(tx, ctx, svc, cat);
+    for (const c of out.chains) activeChains.add(c);
+    for (const s of out.affinitySets) activeAffinitySets.add(s);
+    if (out.noLocalInternal) noLocalInternal++;
+    if (out.noLocalExternal) noLocalExternal++;
+  }
+
+  const staleChains: string[] = [];
+  for (const chain of [...(input.existingChains ?? [])].sort()) {
+    if (isServiceChainName(chain) && !activeChains.has(chain)) {
+      tx.flushChain(chain);
+      staleChains.push(chain);
+    }
+  }
+  for (const set of [...(input.existingSets ?? [])].sort()) {
+    if (isAffinitySetName(set) && !activeAffinitySets.has(set)) tx.deleteSet(set);
+  }
+
+  return {
+    transaction: tx.toString(),
+    operations: tx.operations,
+    activeChains: [...activeChains].sort(),
+    staleChains,
+    noLocalEndpointsInternal: noLocalInternal,
+    noLocalEndpointsExternal: noLocalExternal,
+    warnings,
+  };
+}
