@@ -158,7 +158,10 @@ export function writeServicePort(
     if (ctx.masqueradeAll) {
       tx.addRule(internalTrafficChain, `${ipX} daddr ${svc.clusterIP} jump ${MARK_MASQ_CHAIN}`);
     } else if (ctx.local !== null) {
-      tx.addRule(internalTrafficChain, `${ipX} daddr ${svc.clusterIP} ${ctx.local.ifNotLocal} jump ${MARK_MASQ_CHAIN}`);
+      tx.addRule(
+        internalTrafficChain,
+        `${ipX} daddr ${svc.clusterIP} ${ctx.local.ifNotLocal} jump ${MARK_MASQ_CHAIN}`,
+      );
     }
   }
 
@@ -169,10 +172,22 @@ export function writeServicePort(
     } else {
       if (ctx.local !== null) {
         // Pod traffic to an external destination behaves as if it went out and came back in.
-        tx.addRule(externalTrafficChain, `${ctx.local.ifLocal} goto ${clusterPolicyChain}`, "short-circuit pod traffic");
+        tx.addRule(
+          externalTrafficChain,
+          `${ctx.local.ifLocal} goto ${clusterPolicyChain}`,
+          "short-circuit pod traffic",
+        );
       }
-      tx.addRule(externalTrafficChain, `fib saddr type local jump ${MARK_MASQ_CHAIN}`, "masquerade local traffic");
-      tx.addRule(externalTrafficChain, `fib saddr type local goto ${clusterPolicyChain}`, "short-circuit local traffic");
+      tx.addRule(
+        externalTrafficChain,
+        `fib saddr type local jump ${MARK_MASQ_CHAIN}`,
+        "masquerade local traffic",
+      );
+      tx.addRule(
+        externalTrafficChain,
+        `fib saddr type local goto ${clusterPolicyChain}`,
+        "short-circuit local traffic",
+      );
     }
     if (hasExternalEndpoints) tx.addRule(externalTrafficChain, `goto ${externalPolicyChain}`);
   }

@@ -47,7 +47,12 @@ export interface NftBaseChain extends BaseChainSpec {
  * the endpoint and ClusterIP checks run at the filter priority.
  */
 export const NFT_BASE_CHAINS: readonly NftBaseChain[] = [
-  { name: FILTER_PREROUTING_PRE_DNAT_CHAIN, type: "filter", hook: "prerouting", priority: DSTNAT_PRIORITY - 10 },
+  {
+    name: FILTER_PREROUTING_PRE_DNAT_CHAIN,
+    type: "filter",
+    hook: "prerouting",
+    priority: DSTNAT_PRIORITY - 10,
+  },
   { name: FILTER_OUTPUT_PRE_DNAT_CHAIN, type: "filter", hook: "output", priority: DSTNAT_PRIORITY - 10 },
   { name: FILTER_INPUT_CHAIN, type: "filter", hook: "input", priority: FILTER_PRIORITY },
   { name: FILTER_FORWARD_CHAIN, type: "filter", hook: "forward", priority: FILTER_PRIORITY },
@@ -196,7 +201,10 @@ export function writeSetup(tx: NftTransaction, input: NftSetupInput): void {
     type: `${addrType} . inet_proto . inet_service : verdict`,
     comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic",
   });
-  tx.addMap(SERVICE_NODEPORTS_MAP, { type: "inet_proto . inet_service : verdict", comment: "NodePort traffic" });
+  tx.addMap(SERVICE_NODEPORTS_MAP, {
+    type: "inet_proto . inet_service : verdict",
+    comment: "NodePort traffic",
+  });
   tx.addRule(SERVICES_CHAIN, `${ipX} daddr . meta l4proto . th dport vmap @${SERVICE_IPS_MAP}`);
   tx.addRule(
     SERVICES_CHAIN,
