@@ -9,6 +9,7 @@ import {
   type NftRenderInput,
   type NftRenderResult,
   renderNFTablesFullSync,
+  renderStaleChainDeletion,
 } from "../../lib/proxy/nftables/render/render.ts";
 import { FakeNftTable } from "./nft_fake.ts";
 import { TEST_INTERFACE_ADDRESSES, TEST_NODE_IP, TEST_NODE_IPV6, TEST_NODE_NAME } from "./tracer.ts";
@@ -58,4 +59,65 @@ export function syncInto(
   });
   nft.run(result.transaction);
   return result;
+}
+
+/**
+ * Upstream's sync loop around the renderer, full syncs only: stale per-service chains are flushed by one
+ * sync and deleted (in a separate, earlier transaction) by the first sync after they have "aged"
+ * (upstream: one second; here: after ageStaleChains()). Every sync re-stamps the chains it finds stale.
+ */
+export class FakeNftProxier {
+  readonly nft: FakeNftTable;
+  readonly services = new Map<string, ServicePortInfo>();
+  readonly endpoints = new Map<string, readonly EndpointInfo[]>();
+  /** Stale chain → aged. */
+  readonly staleChains = new Map<string, boolean>();
+  #synced = false;
+
+  constructor(readonly base: NftRenderInput = nftFakeProxierInput()) {
+    this.nft = new FakeNftTable(base.family === "IPv6" ? "ip6" : "ip", "kube-proxy");
+  }
+
+  /** Adds or replaces a service port. */
+  setService(svc: ServicePortInfo): void {
+    this.services.set(servicePortKey(svc.name), svc);
+  }
+
+  /** Removes a service port and its endpoints. */
+  deleteService(svc: ServicePortInfo): void {
+    this.services.delete(servicePortKey(svc.name));
+    this.endpoints.delete(servicePortKey(svc.name));
+  }
+
+  /** Sets a service port's endpoints. */
+  setEndpoints(svc: ServicePortInfo, eps: readonly EndpointInfo[]): void {
+    this.endpoints.set(servicePortKey(svc.name), eps);
+  }
+
+  /** Makes every stale chain old enough to delete (upstream's test helper ageStaleChains). */
+  ageStaleChains(): void {
+    for (const chain of this.staleChains.keys()) this.staleChains.set(chain, true);
+  }
+
+  /** One sync: delete aged stale chains, then a full sync. */
+  sync(): NftRenderResult {
+    const aged = [...this.staleChains].filter(([, old]) => old).map(([c]) => c);
+    if (aged.length > 0) {
+      this.nft.run(renderStaleChainDeletion(this.base.family, aged));
+      for (const c of aged) this.staleChains.delete(c);
+    }
+    const result = renderNFTablesFullSync({
+      ...this.base,
+      services: this.services.values(),
+      endpoints: this.endpoints,
+      firstSync: !this.#synced,
+      existingChains: this.nft.exists() ? this.nft.chains() : null,
+      existingSets: this.nft.exists() ? this.nft.sets() : null,
+    });
+    this.nft.run(result.transaction);
+    this.#synced = true;
+    for (const c of result.staleChains) this.staleChains.set(c, false);
+    for (const c of result.activeChains) this.staleChains.delete(c);
+    return result;
+  }
 }

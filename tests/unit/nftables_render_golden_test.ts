@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { dedentNft, sortNFTablesTransaction } from "../support/nft_canonical.ts";
 import { FakeNftTable } from "../support/nft_fake.ts";
-import { type NftCluster, syncInto } from "../support/nft_fixtures.ts";
+import { FakeNftProxier, type NftCluster, syncInto } from "../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
 
 /** Upstream's fake proxier uses mark "0x4000"; a real one formats 1<<14 with %#08x. */
@@ -234,4 +234,153 @@ test("full sync output is deterministic whatever the input order", () => {
     endpoints: [...c.endpoints].reverse().map(([s, eps]) => [s, [...eps].reverse()] as const),
   });
   assert.equal(a.transaction, b.transaction);
+});
+
+// TestSyncProxyRulesRepeated: upstream's expected tables after each step are built from the same lines,
+// so they are assembled here from named pieces, each transcribed once.
+
+const SVC1 = `
+  add chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80
+  add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 }
+  add chain ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80
+  add rule ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 ip saddr 10.0.1.1 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 meta l4proto tcp dnat to 10.0.1.1:80
+`;
+const SVC2 = `
+  add chain ip kube-proxy service-MHHHYRWA-ns2/svc2/tcp/p8080
+  add rule ip kube-proxy service-MHHHYRWA-ns2/svc2/tcp/p8080 ip daddr 172.30.0.42 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-MHHHYRWA-ns2/svc2/tcp/p8080 numgen random mod 1 vmap { 0 : goto endpoint-7RVP4LUQ-ns2/svc2/tcp/p8080__10.0.2.1/8080 }
+  add chain ip kube-proxy endpoint-7RVP4LUQ-ns2/svc2/tcp/p8080__10.0.2.1/8080
+  add rule ip kube-proxy endpoint-7RVP4LUQ-ns2/svc2/tcp/p8080__10.0.2.1/8080 ip saddr 10.0.2.1 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-7RVP4LUQ-ns2/svc2/tcp/p8080__10.0.2.1/8080 meta l4proto tcp dnat to 10.0.2.1:8080
+`;
+const SVC2_STALE = `
+  add chain ip kube-proxy service-MHHHYRWA-ns2/svc2/tcp/p8080
+  add chain ip kube-proxy endpoint-7RVP4LUQ-ns2/svc2/tcp/p8080__10.0.2.1/8080
+`;
+const SVC3 = `
+  add chain ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 ip daddr 172.30.0.43 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-2OCDJSZQ-ns3/svc3/tcp/p80__10.0.3.1/80 }
+  add chain ip kube-proxy endpoint-2OCDJSZQ-ns3/svc3/tcp/p80__10.0.3.1/80
+  add rule ip kube-proxy endpoint-2OCDJSZQ-ns3/svc3/tcp/p80__10.0.3.1/80 ip saddr 10.0.3.1 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-2OCDJSZQ-ns3/svc3/tcp/p80__10.0.3.1/80 meta l4proto tcp dnat to 10.0.3.1:80
+`;
+const SVC3_MOVED = `
+  add chain ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 ip daddr 172.30.0.43 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 }
+  add chain ip kube-proxy endpoint-2OCDJSZQ-ns3/svc3/tcp/p80__10.0.3.1/80
+  add chain ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80
+  add rule ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 ip saddr 10.0.3.2 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 meta l4proto tcp dnat to 10.0.3.2:80
+`;
+const SVC3_TWO = `
+  add chain ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 ip daddr 172.30.0.43 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80 numgen random mod 2 vmap { 0 : goto endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 , 1 : goto endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80 }
+  add chain ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80
+  add rule ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 ip saddr 10.0.3.2 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80 meta l4proto tcp dnat to 10.0.3.2:80
+  add chain ip kube-proxy endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80
+  add rule ip kube-proxy endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80 ip saddr 10.0.3.3 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80 meta l4proto tcp dnat to 10.0.3.3:80
+`;
+const SVC3_EMPTIED = `
+  add chain ip kube-proxy service-4AT6LBPK-ns3/svc3/tcp/p80
+  add chain ip kube-proxy endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80
+  add chain ip kube-proxy endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80
+`;
+const SVC4 = `
+  add chain ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80
+  add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 ip daddr 172.30.0.44 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+  add rule ip kube-proxy service-LAUZTJTB-ns4/svc4/tcp/p80 numgen random mod 1 vmap { 0 : goto endpoint-WAHRBT2B-ns4/svc4/tcp/p80__10.0.4.1/80 }
+  add chain ip kube-proxy endpoint-WAHRBT2B-ns4/svc4/tcp/p80__10.0.4.1/80
+  add rule ip kube-proxy endpoint-WAHRBT2B-ns4/svc4/tcp/p80__10.0.4.1/80 ip saddr 10.0.4.1 jump mark-for-masquerade
+  add rule ip kube-proxy endpoint-WAHRBT2B-ns4/svc4/tcp/p80__10.0.4.1/80 meta l4proto tcp dnat to 10.0.4.1:80
+`;
+const CIP = (n: number) => `add element ip kube-proxy cluster-ips { 172.30.0.${n} }\n`;
+const SIP1 =
+  "add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80 }\n";
+const SIP2 =
+  "add element ip kube-proxy service-ips { 172.30.0.42 . tcp . 8080 : goto service-MHHHYRWA-ns2/svc2/tcp/p8080 }\n";
+const SIP3 =
+  "add element ip kube-proxy service-ips { 172.30.0.43 . tcp . 80 : goto service-4AT6LBPK-ns3/svc3/tcp/p80 }\n";
+const SIP4 =
+  "add element ip kube-proxy service-ips { 172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80 }\n";
+const NOEP3 =
+  `add element ip kube-proxy no-endpoint-services { 172.30.0.43 . tcp . 80 comment "ns3/svc3:p80" : goto reject-chain }\n`;
+const NOEP4 =
+  `add element ip kube-proxy no-endpoint-services { 172.30.0.44 . tcp . 80 comment "ns4/svc4:p80" : goto reject-chain }\n`;
+
+test("TestSyncProxyRulesRepeated: each step's table equals upstream's golden", () => {
+  const fp = new FakeNftProxier();
+  const svc1 = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41" });
+  const svc2 = makeServicePort("ns2", "svc2", { clusterIP: "172.30.0.42", port: "p8080", portNumber: 8080 });
+  const svc3 = makeServicePort("ns3", "svc3", { clusterIP: "172.30.0.43" });
+  const svc4 = makeServicePort("ns4", "svc4", { clusterIP: "172.30.0.44" });
+  const step = (expected: string) => {
+    fp.sync();
+    assertTableEqual(BASE_RULES + expected, fp.nft.dump());
+  };
+
+  fp.setService(svc1);
+  fp.setService(svc2);
+  fp.setEndpoints(svc1, [makeEndpoint("10.0.1.1", 80)]);
+  fp.setEndpoints(svc2, [makeEndpoint("10.0.2.1", 8080)]);
+  step(CIP(41) + CIP(42) + SIP1 + SIP2 + SVC1 + SVC2);
+
+  // Add a new service and its endpoints.
+  fp.setService(svc3);
+  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.1", 80)]);
+  step(CIP(41) + CIP(42) + CIP(43) + SIP1 + SIP2 + SIP3 + SVC1 + SVC2 + SVC3);
+
+  // Delete a service; its chains are flushed, but not immediately deleted.
+  fp.deleteService(svc2);
+  step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC2_STALE + SVC3);
+
+  // Once aged, the stale chains are deleted.
+  fp.ageStaleChains();
+  step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC3);
+
+  // Add a service, sync, then add its endpoints.
+  fp.setService(svc4);
+  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SVC1 + SVC3 + NOEP4);
+  fp.setEndpoints(svc4, [makeEndpoint("10.0.4.1", 80)]);
+  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3 + SVC4);
+
+  // Change an endpoint of an existing service: the old endpoint chain is not deleted yet.
+  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80)]);
+  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_MOVED + SVC4);
+
+  // Age it, and add an endpoint to the service.
+  fp.ageStaleChains();
+  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+  const full = CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_TWO + SVC4;
+  step(full);
+
+  // Empty a service's endpoints: its chains are flushed, but not immediately deleted.
+  fp.setEndpoints(svc3, []);
+  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + NOEP3 + SIP4 + SVC1 + SVC3_EMPTIED + SVC4);
+  assert.deepEqual([...fp.staleChains.keys()].sort(), [
+    "endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80",
+    "endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80",
+    "service-4AT6LBPK-ns3/svc3/tcp/p80",
+  ]);
+
+  // Restore them at once: the chains are refilled and no longer stale.
+  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+  step(full);
+  assert.equal(fp.staleChains.size, 0);
+
+  // Empty, sync, age, restore, sync: the chains are deleted first, then recreated.
+  fp.setEndpoints(svc3, []);
+  fp.sync();
+  fp.ageStaleChains();
+  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+  step(full);
+
+  // No changes: the same table.
+  step(full);
 });

@@ -160,3 +160,13 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
     warnings,
   };
 }
+
+/**
+ * The separate transaction upstream runs at the start of a sync to delete per-service chains that have
+ * been stale (flushed, unreferenced) for over a second; "" when there are none.
+ */
+export function renderStaleChainDeletion(family: IPFamily, chains: Iterable<string>): string {
+  const tx = new NftTransaction(nftFamily(family), KUBE_PROXY_TABLE);
+  for (const chain of [...chains].sort()) tx.deleteChain(chain);
+  return tx.toString();
+}
