@@ -384,3 +384,112 @@ test("TestSyncProxyRulesRepeated: each step's table equals upstream's golden", (
   // No changes: the same table.
   step(full);
 });
+
+test("TestSyncProxyRulesStartup: a first full sync over an older table equals upstream's golden", () => {
+  const fp = new FakeNftProxier();
+  // Part of the desired state is already in the kernel (upstream loads it with nft.ParseDump).
+  fp.nft.run(
+    sortNFTablesTransaction(
+      withRealMark(dedentNft(BASE_RULES + SVC1 + SVC2 + CIP(41) + CIP(42) + SIP1 + SIP2)),
+    ),
+  );
+
+  // The desired state differs: svc1 has a second endpoint, svc3 is new (and has no endpoints).
+  const svc1 = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41" });
+  const svc2 = makeServicePort("ns2", "svc2", { clusterIP: "172.30.0.42", port: "p8080", portNumber: 8080 });
+  const svc3 = makeServicePort("ns3", "svc3", { clusterIP: "172.30.0.43" });
+  for (const s of [svc1, svc2, svc3]) fp.setService(s);
+  fp.setEndpoints(svc1, [makeEndpoint("10.0.1.1", 80), makeEndpoint("10.0.1.2", 80)]);
+  fp.setEndpoints(svc2, [makeEndpoint("10.0.2.1", 8080)]);
+  const result = fp.sync();
+  assert.match(
+    result.transaction,
+    /^delete chain ip kube-proxy nat-prerouting$/m,
+    "base chains are recreated",
+  );
+
+  assertTableEqual(
+    BASE_RULES + CIP(41) + CIP(42) + CIP(43) + SIP1 + SIP2 + NOEP3 + `
+    add chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80
+    add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+    add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 numgen random mod 2 vmap { 0 : goto endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 , 1 : goto endpoint-ZCZBVNAZ-ns1/svc1/tcp/p80__10.0.1.2/80 }
+    add chain ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80
+    add rule ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 ip saddr 10.0.1.1 jump mark-for-masquerade
+    add rule ip kube-proxy endpoint-5TPGNJF2-ns1/svc1/tcp/p80__10.0.1.1/80 meta l4proto tcp dnat to 10.0.1.1:80
+    add chain ip kube-proxy endpoint-ZCZBVNAZ-ns1/svc1/tcp/p80__10.0.1.2/80
+    add rule ip kube-proxy endpoint-ZCZBVNAZ-ns1/svc1/tcp/p80__10.0.1.2/80 ip saddr 10.0.1.2 jump mark-for-masquerade
+    add rule ip kube-proxy endpoint-ZCZBVNAZ-ns1/svc1/tcp/p80__10.0.1.2/80 meta l4proto tcp dnat to 10.0.1.2:80
+    ` + SVC2,
+    fp.nft.dump(),
+  );
+});
+
+/** TestNoEndpointsMetric: one NodePort service port, endpoints ready, on this node or not. */
+test("TestNoEndpointsMetric: services without local endpoints are counted per traffic policy", () => {
+  const cases: Array<
+    { name: string; itp: boolean; etp: boolean; nodes: string[]; internal: number; external: number }
+  > = [
+    {
+      name: "iTP set, local endpoints",
+      itp: true,
+      etp: false,
+      nodes: [TEST_NODE_NAME, "node1", "node2"],
+      internal: 0,
+      external: 0,
+    },
+    {
+      name: "eTP set, local endpoints",
+      itp: false,
+      etp: true,
+      nodes: [TEST_NODE_NAME, "node1", "node2"],
+      internal: 0,
+      external: 0,
+    },
+    {
+      name: "both set, local endpoints",
+      itp: true,
+      etp: true,
+      nodes: [TEST_NODE_NAME, "node1", "node2"],
+      internal: 0,
+      external: 0,
+    },
+    {
+      name: "iTP set, no local endpoints",
+      itp: true,
+      etp: false,
+      nodes: ["node0", "node1", "node2"],
+      internal: 1,
+      external: 0,
+    },
+    {
+      name: "eTP set, no local endpoints",
+      itp: false,
+      etp: true,
+      nodes: ["node0", "node1", "node2"],
+      internal: 0,
+      external: 1,
+    },
+    {
+      name: "both set, no local endpoints",
+      itp: true,
+      etp: true,
+      nodes: ["node0", "node1", "node2"],
+      internal: 1,
+      external: 1,
+    },
+    { name: "both set, no endpoints at all", itp: true, etp: true, nodes: [], internal: 0, external: 0 },
+  ];
+  for (const c of cases) {
+    const svc = makeServicePort("ns1", "svc1", {
+      clusterIP: "172.30.1.1",
+      port: "",
+      nodePort: 123,
+      internalPolicyLocal: c.itp,
+      externalPolicyLocal: c.etp,
+    });
+    const eps = c.nodes.map((n, i) => makeEndpoint(`10.0.1.${i + 1}`, 80, { nodeName: n }));
+    const r = syncInto(new FakeNftTable("ip", "kube-proxy"), { services: [svc], endpoints: [[svc, eps]] });
+    assert.equal(r.noLocalEndpointsInternal, c.internal, `${c.name}: internal`);
+    assert.equal(r.noLocalEndpointsExternal, c.external, `${c.name}: external`);
+  }
+});
