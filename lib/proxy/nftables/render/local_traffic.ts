@@ -1,7 +1,9 @@
 /**
  * Local traffic detection for nftables rules (upstream pkg/proxy/util/localdetector.go, the *NFT forms):
  * plain data saying how traffic from a pod on this node is recognised, and the rule fragments matching
- * it ("ip saddr 10.0.0.0/8") or not ("ip saddr != 10.0.0.0/8").
+ * it ("ip saddr 10.0.0.0/8") or not ("ip saddr != 10.0.0.0/8"). Interfaces are matched by name
+ * (`iifname`), as since upstream's v1.34 patch releases: v1.34.0 wrote `iif`, which nft rejects for a
+ * wildcard and resolves to an index at load time for a bridge name.
  */
 import { formatCIDR, parseCIDR } from "../../../net/ip.ts";
 
@@ -40,12 +42,11 @@ export function localTrafficMatches(d: NftLocalTrafficDetector): LocalTrafficMat
       if (!IFACE_NAME.test(d.interfaceName)) {
         throw new Error(`local traffic detector: invalid interfaceName ${JSON.stringify(d.interfaceName)}`);
       }
-      return { ifLocal: `iif ${d.interfaceName}`, ifNotLocal: `iif != ${d.interfaceName}` };
+      return { ifLocal: `iifname ${d.interfaceName}`, ifNotLocal: `iifname != ${d.interfaceName}` };
     case "InterfaceNamePrefix":
       if (!IFACE_NAME.test(d.prefix) || d.prefix.length > 14) {
         throw new Error(`local traffic detector: invalid prefix ${JSON.stringify(d.prefix)}`);
       }
-      // Upstream v1.34 writes "iif <prefix>*" here, as is.
-      return { ifLocal: `iif ${d.prefix}*`, ifNotLocal: `iif != ${d.prefix}*` };
+      return { ifLocal: `iifname ${d.prefix}*`, ifNotLocal: `iifname != ${d.prefix}*` };
   }
 }
