@@ -9,12 +9,13 @@
  * can still reference them) and unused affinity sets are deleted.
  */
 import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../types.ts";
-import { servicePortKey } from "../../types.ts";
+import { servicePortKey, servicePortNameString } from "../../types.ts";
 import { categorizeEndpoints } from "../../topology.ts";
 import type { NodePortAddresses } from "../../nodeport_addresses.ts";
 import { compareEndpoints } from "../../endpoints.ts";
-import { isLoopback, parseIP } from "../../../net/ip.ts";
+import { formatCIDR, isLoopback, parseCIDR, parseIP } from "../../../net/ip.ts";
 import { masqueradeMark } from "../../iptables/render/render.ts";
+import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.ts";
 import { type NftFamily, NftTransaction } from "./transaction.ts";
 import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
 import { writeSetup } from "./setup.ts";
@@ -68,18 +69,45 @@ export interface NftRenderResult {
   readonly noLocalEndpointsInternal: number;
   /** Service ports whose external traffic has no local endpoints (metric). */
   readonly noLocalEndpointsExternal: number;
-  /** One line per input problem ignored (loopback nodePortAddresses). */
+  /** Service ports not written because a value could not be written safely (servicePortKey), sorted. */
+  readonly skippedServices: readonly string[];
+  /** One line per input problem ignored (skipped service ports, loopback nodePortAddresses, ...). */
   readonly warnings: readonly string[];
 }
+
+/** Characters nft allows in a chain or set name (the renderer only ever writes names of this form). */
+const NFT_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 
 /** nft family of an IP family. */
 export function nftFamily(family: IPFamily): NftFamily {
   return family === "IPv6" ? "ip6" : "ip";
 }
 
-/** CIDRs of `family` among `cidrs`, in order (upstream OnServiceCIDRsChanged filtering). */
-function cidrsOfFamily(cidrs: readonly string[], family: IPFamily): string[] {
-  return cidrs.filter((c) => c.includes(":") === (family === "IPv6"));
+/**
+ * CIDRs of `family` among `cidrs`, normalised, in order (upstream OnServiceCIDRsChanged filtering);
+ * invalid ones are reported and dropped.
+ */
+function cidrsOfFamily(cidrs: readonly string[], family: IPFamily, warnings: string[]): string[] {
+  const out: string[] = [];
+  for (const c of cidrs) {
+    const parsed = parseCIDR(c);
+    if (parsed === null) {
+      warnings.push(`serviceCIDRs value ${JSON.stringify(c)} is not a CIDR; ignored`);
+      continue;
+    }
+    if ((parsed.bytes.length === 16) === (family === "IPv6")) out.push(formatCIDR(parsed));
+  }
+  return out;
+}
+
+/** Names of `names` that nft could have listed, reporting others (never written into a command). */
+function safeNames(what: string, names: Iterable<string> | null, warnings: string[]): string[] {
+  const out: string[] = [];
+  for (const n of names ?? []) {
+    if (NFT_NAME.test(n)) out.push(n);
+    else warnings.push(`existing ${what} name ${JSON.stringify(n)} is not a valid nft name; ignored`);
+  }
+  return out.sort();
 }
 
 /** Renders a full sync of `input.family` (upstream syncProxyRules with needFullSync). */
@@ -106,7 +134,7 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
   writeSetup(tx, {
     family,
     masqueradeMark: masqueradeMark(input.masqueradeBit),
-    serviceCIDRs: cidrsOfFamily(input.serviceCIDRs, input.family),
+    serviceCIDRs: cidrsOfFamily(input.serviceCIDRs, input.family, warnings),
     nodePortMatchAll: input.nodePortAddresses.matchAll,
     nodePortIPs,
     recreateBaseChains: input.firstSync,
@@ -124,11 +152,21 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
 
   const activeChains = new Set<string>();
   const activeAffinitySets = new Set<string>();
+  const skippedServices: string[] = [];
+  const ipv6 = input.family === "IPv6";
   let noLocalInternal = 0;
   let noLocalExternal = 0;
   for (const key of keys) {
     const svc = byKey.get(key)!;
     const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+    const problem = checkServicePort(svc, ipv6) ??
+      eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
+    if (problem !== null) {
+      // One bad value must not break the whole transaction: leave this service port out.
+      skippedServices.push(key);
+      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${problem}`);
+      continue;
+    }
     const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
       preferSameTrafficDistribution: input.preferSameTrafficDistribution,
     });
@@ -140,13 +178,13 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
   }
 
   const staleChains: string[] = [];
-  for (const chain of [...(input.existingChains ?? [])].sort()) {
+  for (const chain of safeNames("chain", input.existingChains, warnings)) {
     if (isServiceChainName(chain) && !activeChains.has(chain)) {
       tx.flushChain(chain);
       staleChains.push(chain);
     }
   }
-  for (const set of [...(input.existingSets ?? [])].sort()) {
+  for (const set of safeNames("set", input.existingSets, warnings)) {
     if (isAffinitySetName(set) && !activeAffinitySets.has(set)) tx.deleteSet(set);
   }
 
@@ -157,6 +195,7 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
     staleChains,
     noLocalEndpointsInternal: noLocalInternal,
     noLocalEndpointsExternal: noLocalExternal,
+    skippedServices,
     warnings,
   };
 }
