@@ -69,7 +69,20 @@ export class FakeNftTable {
   /** Rules of a chain (without the "add rule <family> <table> <chain> " prefix), or null. */
   rules(chain: string): string[] | null {
     const c = this.#state.chains.get(chain);
-    return c === undefined ? null : [...c.rules];
+    if (c === undefined) return null;
+    const prefix = `add rule ${this.family} ${this.table} ${chain} `;
+    return c.rules.map((r) => r.slice(prefix.length));
+  }
+
+  /** Elements of a set or map as key and value parts (split on " . "), or null when there is none. */
+  elements(name: string): { key: string[]; value: string[] }[] | null {
+    const m = this.#state.sets.get(name) ?? this.#state.maps.get(name);
+    if (m === undefined) return null;
+    return [...m.elements].map(([key, line]) => {
+      const body = line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }"));
+      const colon = body.indexOf(" : ");
+      return { key: key.split(" . "), value: colon < 0 ? [] : body.slice(colon + 3).split(" . ") };
+    });
   }
 
   /** Applies `tx` atomically; throws (leaving the table unchanged) on the first failing command. */
