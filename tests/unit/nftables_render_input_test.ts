@@ -152,3 +152,15 @@ test("IPv6: ip6 matches and ipv6_addr sets, DNAT to a bracketed endpoint", () =>
   );
   assert.deepEqual(r.warnings, []);
 });
+
+test("an endpoint listed twice gets one chain and no dangling jump", () => {
+  const svc = makeServicePort("ns1", "dup", { clusterIP: "172.30.0.41", stickyMaxAgeSeconds: 30 });
+  const r = syncInto(new FakeNftTable("ip", "kube-proxy"), {
+    services: [svc],
+    endpoints: [[svc, [makeEndpoint("10.0.1.1", 80), makeEndpoint("10.0.1.1", 80)]]],
+  });
+  assert.equal(r.activeChains.filter((c) => c.startsWith("endpoint-")).length, 1);
+  assert.equal((r.transaction.match(/^add set .* affinity-/gm) ?? []).length, 1);
+  assert.equal((r.transaction.match(/dnat to 10\.0\.1\.1:80$/gm) ?? []).length, 1);
+  assert.ok(!r.transaction.includes("undefined"));
+});

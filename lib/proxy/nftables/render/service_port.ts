@@ -14,6 +14,7 @@ import type { LocalTrafficMatches } from "./local_traffic.ts";
 import { ensureChain } from "./setup.ts";
 import {
   CLUSTER_IPS_SET,
+  type EndpointNames,
   endpointNames,
   FIREWALL_IPS_MAP,
   MARK_MASQ_CHAIN,
@@ -67,7 +68,12 @@ export function writeServicePort(
   const active = new Set<string>();
   const affinitySets: string[] = [];
 
-  const reachable = cat.allReachableEndpoints.map((ep) => ({ ep, names: endpointNames(svc.name, ep) }));
+  // One chain per "ip:port" (the endpoint tracker already keeps one endpoint per address and port).
+  const byEndpoint = new Map<string, { ep: EndpointInfo; names: EndpointNames }>();
+  for (const ep of cat.allReachableEndpoints) {
+    if (!byEndpoint.has(ep.endpoint)) byEndpoint.set(ep.endpoint, { ep, names: endpointNames(svc.name, ep) });
+  }
+  const reachable = [...byEndpoint.values()];
   for (const r of reachable) {
     ensureChain(tx, r.names.chain, active);
     if (sticky) affinitySets.push(r.names.affinitySet);
@@ -214,13 +220,13 @@ export function writeServicePort(
     }
   }
 
-  const chainOf = new Map<EndpointInfo, string>(reachable.map((r) => [r.ep, r.names.chain]));
-  const setOf = new Map<EndpointInfo, string>(reachable.map((r) => [r.ep, r.names.affinitySet]));
+  const namesOf = (ep: EndpointInfo): EndpointNames =>
+    byEndpoint.get(ep.endpoint)?.names ?? endpointNames(svc.name, ep);
   if (usesClusterPolicyChain) {
-    writeServiceToEndpointRules(tx, ipX, sticky, clusterPolicyChain, cat.clusterEndpoints, chainOf, setOf);
+    writeServiceToEndpointRules(tx, ipX, sticky, clusterPolicyChain, cat.clusterEndpoints, namesOf);
   }
   if (usesLocalPolicyChain) {
-    writeServiceToEndpointRules(tx, ipX, sticky, localPolicyChain, cat.localEndpoints, chainOf, setOf);
+    writeServiceToEndpointRules(tx, ipX, sticky, localPolicyChain, cat.localEndpoints, namesOf);
   }
 
   for (const r of reachable) {
@@ -239,12 +245,14 @@ function writeServiceToEndpointRules(
   sticky: boolean,
   chain: string,
   endpoints: readonly EndpointInfo[],
-  chainOf: ReadonlyMap<EndpointInfo, string>,
-  setOf: ReadonlyMap<EndpointInfo, string>,
+  namesOf: (ep: EndpointInfo) => EndpointNames,
 ): void {
   if (sticky) {
-    for (const ep of endpoints) tx.addRule(chain, `${ipX} saddr @${setOf.get(ep)!} goto ${chainOf.get(ep)!}`);
+    for (const ep of endpoints) {
+      const n = namesOf(ep);
+      tx.addRule(chain, `${ipX} saddr @${n.affinitySet} goto ${n.chain}`);
+    }
   }
-  const elements = endpoints.map((ep, i) => `${i} : goto ${chainOf.get(ep)!}`).join(" , ");
+  const elements = endpoints.map((ep, i) => `${i} : goto ${namesOf(ep).chain}`).join(" , ");
   tx.addRule(chain, `numgen random mod ${endpoints.length} vmap { ${elements} }`);
 }
