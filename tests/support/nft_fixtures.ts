@@ -8,7 +8,9 @@ import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
 import {
   type NftRenderInput,
   type NftRenderResult,
+  type NftSyncState,
   renderNFTablesFullSync,
+  renderNFTablesSync,
   renderStaleChainDeletion,
 } from "../../lib/proxy/nftables/render/render.ts";
 import { FakeNftTable } from "./nft_fake.ts";
@@ -62,9 +64,10 @@ export function syncInto(
 }
 
 /**
- * Upstream's sync loop around the renderer, full syncs only: stale per-service chains are flushed by one
- * sync and deleted (in a separate, earlier transaction) by the first sync after they have "aged"
- * (upstream: one second; here: after ageStaleChains()). Every sync re-stamps the chains it finds stale.
+ * Upstream's sync loop around the renderer: stale per-service chains are flushed by one sync and deleted
+ * (in a separate, earlier transaction) by the first sync after they have "aged" (upstream: one second;
+ * here: after ageStaleChains()); every sync re-stamps the chains it finds stale. With `partial`, syncs
+ * after the first are partial, rewriting only services changed since the last sync.
  */
 export class FakeNftProxier {
   readonly nft: FakeNftTable;
@@ -72,26 +75,36 @@ export class FakeNftProxier {
   readonly endpoints = new Map<string, readonly EndpointInfo[]>();
   /** Stale chain → aged. */
   readonly staleChains = new Map<string, boolean>();
+  /** "namespace/name" of services changed since the last sync. */
+  readonly changed = new Set<string>();
   #synced = false;
+  #state: NftSyncState | null = null;
+  /** Commands in the last sync's main transaction. */
+  lastOperations = 0;
+  /** The last sync's stale-chain deletion transaction ("" when none). */
+  lastDeletion = "";
 
-  constructor(readonly base: NftRenderInput = nftFakeProxierInput()) {
+  constructor(readonly base: NftRenderInput = nftFakeProxierInput(), readonly partial = false) {
     this.nft = new FakeNftTable(base.family === "IPv6" ? "ip6" : "ip", "kube-proxy");
   }
 
   /** Adds or replaces a service port. */
   setService(svc: ServicePortInfo): void {
     this.services.set(servicePortKey(svc.name), svc);
+    this.changed.add(`${svc.name.namespace}/${svc.name.name}`);
   }
 
   /** Removes a service port and its endpoints. */
   deleteService(svc: ServicePortInfo): void {
     this.services.delete(servicePortKey(svc.name));
     this.endpoints.delete(servicePortKey(svc.name));
+    this.changed.add(`${svc.name.namespace}/${svc.name.name}`);
   }
 
   /** Sets a service port's endpoints. */
   setEndpoints(svc: ServicePortInfo, eps: readonly EndpointInfo[]): void {
     this.endpoints.set(servicePortKey(svc.name), eps);
+    this.changed.add(`${svc.name.namespace}/${svc.name.name}`);
   }
 
   /** Makes every stale chain old enough to delete (upstream's test helper ageStaleChains). */
@@ -102,20 +115,27 @@ export class FakeNftProxier {
   /** One sync: delete aged stale chains, then a full sync. */
   sync(): NftRenderResult {
     const aged = [...this.staleChains].filter(([, old]) => old).map(([c]) => c);
+    this.lastDeletion = renderStaleChainDeletion(this.base.family, aged);
     if (aged.length > 0) {
-      this.nft.run(renderStaleChainDeletion(this.base.family, aged));
+      this.nft.run(this.lastDeletion);
       for (const c of aged) this.staleChains.delete(c);
     }
-    const result = renderNFTablesFullSync({
+    const partial = this.partial && this.#state !== null
+      ? { previous: this.#state, changedServices: new Set(this.changed) }
+      : null;
+    const result = renderNFTablesSync({
       ...this.base,
       services: this.services.values(),
       endpoints: this.endpoints,
       firstSync: !this.#synced,
       existingChains: this.nft.exists() ? this.nft.chains() : null,
       existingSets: this.nft.exists() ? this.nft.sets() : null,
-    });
+    }, partial);
     this.nft.run(result.transaction);
     this.#synced = true;
+    this.#state = result.state;
+    this.changed.clear();
+    this.lastOperations = result.operations;
     for (const c of result.staleChains) this.staleChains.set(c, false);
     for (const c of result.activeChains) this.staleChains.delete(c);
     return result;

@@ -314,76 +314,84 @@ const NOEP3 =
 const NOEP4 =
   `add element ip kube-proxy no-endpoint-services { 172.30.0.44 . tcp . 80 comment "ns4/svc4:p80" : goto reject-chain }\n`;
 
-test("TestSyncProxyRulesRepeated: each step's table equals upstream's golden", () => {
-  const fp = new FakeNftProxier();
-  const svc1 = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41" });
-  const svc2 = makeServicePort("ns2", "svc2", { clusterIP: "172.30.0.42", port: "p8080", portNumber: 8080 });
-  const svc3 = makeServicePort("ns3", "svc3", { clusterIP: "172.30.0.43" });
-  const svc4 = makeServicePort("ns4", "svc4", { clusterIP: "172.30.0.44" });
-  const step = (expected: string) => {
+for (const partial of [false, true]) {
+  test(`TestSyncProxyRulesRepeated (${partial ? "partial" : "full"} syncs): each step's table equals upstream's golden`, () => {
+    const fp = new FakeNftProxier(undefined, partial);
+    const svc1 = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41" });
+    const svc2 = makeServicePort("ns2", "svc2", {
+      clusterIP: "172.30.0.42",
+      port: "p8080",
+      portNumber: 8080,
+    });
+    const svc3 = makeServicePort("ns3", "svc3", { clusterIP: "172.30.0.43" });
+    const svc4 = makeServicePort("ns4", "svc4", { clusterIP: "172.30.0.44" });
+    // Upstream's operation counts of each partial sync's transaction (-1: not checked).
+    const step = (expected: string, operations = -1) => {
+      fp.sync();
+      assertTableEqual(BASE_RULES + expected, fp.nft.dump());
+      if (partial && operations >= 0) assert.equal(fp.lastOperations, operations, "transaction operations");
+    };
+
+    fp.setService(svc1);
+    fp.setService(svc2);
+    fp.setEndpoints(svc1, [makeEndpoint("10.0.1.1", 80)]);
+    fp.setEndpoints(svc2, [makeEndpoint("10.0.2.1", 8080)]);
+    step(CIP(41) + CIP(42) + SIP1 + SIP2 + SVC1 + SVC2);
+
+    // Add a new service and its endpoints.
+    fp.setService(svc3);
+    fp.setEndpoints(svc3, [makeEndpoint("10.0.3.1", 80)]);
+    step(CIP(41) + CIP(42) + CIP(43) + SIP1 + SIP2 + SIP3 + SVC1 + SVC2 + SVC3, 10);
+
+    // Delete a service; its chains are flushed, but not immediately deleted.
+    fp.deleteService(svc2);
+    step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC2_STALE + SVC3, 4);
+
+    // Once aged, the stale chains are deleted.
+    fp.ageStaleChains();
+    step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC3, 0);
+
+    // Add a service, sync, then add its endpoints.
+    fp.setService(svc4);
+    step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SVC1 + SVC3 + NOEP4, 2);
+    fp.setEndpoints(svc4, [makeEndpoint("10.0.4.1", 80)]);
+    step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3 + SVC4, 10);
+
+    // Change an endpoint of an existing service: the old endpoint chain is not deleted yet.
+    fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80)]);
+    step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_MOVED + SVC4, 9);
+
+    // Age it, and add an endpoint to the service.
+    fp.ageStaleChains();
+    fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+    const full = CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_TWO + SVC4;
+    step(full, 12);
+
+    // Empty a service's endpoints: its chains are flushed, but not immediately deleted.
+    fp.setEndpoints(svc3, []);
+    step(CIP(41) + CIP(43) + CIP(44) + SIP1 + NOEP3 + SIP4 + SVC1 + SVC3_EMPTIED + SVC4, 5);
+    assert.deepEqual([...fp.staleChains.keys()].sort(), [
+      "endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80",
+      "endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80",
+      "service-4AT6LBPK-ns3/svc3/tcp/p80",
+    ]);
+
+    // Restore them at once: the chains are refilled and no longer stale.
+    fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+    step(full, 14);
+    assert.equal(fp.staleChains.size, 0);
+
+    // Empty, sync, age, restore, sync: the chains are deleted first, then recreated.
+    fp.setEndpoints(svc3, []);
     fp.sync();
-    assertTableEqual(BASE_RULES + expected, fp.nft.dump());
-  };
+    fp.ageStaleChains();
+    fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
+    step(full);
 
-  fp.setService(svc1);
-  fp.setService(svc2);
-  fp.setEndpoints(svc1, [makeEndpoint("10.0.1.1", 80)]);
-  fp.setEndpoints(svc2, [makeEndpoint("10.0.2.1", 8080)]);
-  step(CIP(41) + CIP(42) + SIP1 + SIP2 + SVC1 + SVC2);
-
-  // Add a new service and its endpoints.
-  fp.setService(svc3);
-  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.1", 80)]);
-  step(CIP(41) + CIP(42) + CIP(43) + SIP1 + SIP2 + SIP3 + SVC1 + SVC2 + SVC3);
-
-  // Delete a service; its chains are flushed, but not immediately deleted.
-  fp.deleteService(svc2);
-  step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC2_STALE + SVC3);
-
-  // Once aged, the stale chains are deleted.
-  fp.ageStaleChains();
-  step(CIP(41) + CIP(43) + SIP1 + SIP3 + SVC1 + SVC3);
-
-  // Add a service, sync, then add its endpoints.
-  fp.setService(svc4);
-  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SVC1 + SVC3 + NOEP4);
-  fp.setEndpoints(svc4, [makeEndpoint("10.0.4.1", 80)]);
-  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3 + SVC4);
-
-  // Change an endpoint of an existing service: the old endpoint chain is not deleted yet.
-  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80)]);
-  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_MOVED + SVC4);
-
-  // Age it, and add an endpoint to the service.
-  fp.ageStaleChains();
-  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
-  const full = CIP(41) + CIP(43) + CIP(44) + SIP1 + SIP3 + SIP4 + SVC1 + SVC3_TWO + SVC4;
-  step(full);
-
-  // Empty a service's endpoints: its chains are flushed, but not immediately deleted.
-  fp.setEndpoints(svc3, []);
-  step(CIP(41) + CIP(43) + CIP(44) + SIP1 + NOEP3 + SIP4 + SVC1 + SVC3_EMPTIED + SVC4);
-  assert.deepEqual([...fp.staleChains.keys()].sort(), [
-    "endpoint-SWWHDC7X-ns3/svc3/tcp/p80__10.0.3.2/80",
-    "endpoint-TQ2QKHCZ-ns3/svc3/tcp/p80__10.0.3.3/80",
-    "service-4AT6LBPK-ns3/svc3/tcp/p80",
-  ]);
-
-  // Restore them at once: the chains are refilled and no longer stale.
-  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
-  step(full);
-  assert.equal(fp.staleChains.size, 0);
-
-  // Empty, sync, age, restore, sync: the chains are deleted first, then recreated.
-  fp.setEndpoints(svc3, []);
-  fp.sync();
-  fp.ageStaleChains();
-  fp.setEndpoints(svc3, [makeEndpoint("10.0.3.2", 80), makeEndpoint("10.0.3.3", 80)]);
-  step(full);
-
-  // No changes: the same table.
-  step(full);
-});
+    // No changes: the same table.
+    step(full, 0);
+  });
+}
 
 test("TestSyncProxyRulesStartup: a first full sync over an older table equals upstream's golden", () => {
   const fp = new FakeNftProxier();

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { accessSync, constants } from "node:fs";
 import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
 import { FakeNftTable } from "../support/nft_fake.ts";
-import { type NftCluster, nftFakeProxierInput, syncInto } from "../support/nft_fixtures.ts";
+import { FakeNftProxier, type NftCluster, nftFakeProxierInput, syncInto } from "../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
 import type { IPFamily } from "../../lib/proxy/types.ts";
 
@@ -113,6 +113,43 @@ for (const family of ["IPv4", "IPv6"] as const) {
       assert.ok(listed.includes(`chain ${chain} {`), `kernel lacks chain ${chain}`);
     }
   });
+}
+
+for (const family of ["IPv4", "IPv6"] as const) {
+  test(
+    `the kernel takes partial syncs: endpoints changed, a service removed, stale chains deleted (${family})`,
+    {
+      skip: skip || false,
+    },
+    async () => {
+      const ns = await env.create(`p${family === "IPv6" ? "6" : "4"}`);
+      const fp = new FakeNftProxier(nftFakeProxierInput(family), true);
+      const cluster = smallCluster(family);
+      for (const s of cluster.services) fp.setService(s);
+      for (const [s, eps] of cluster.endpoints) fp.setEndpoints(s, eps);
+      const apply = async () => {
+        const r = fp.sync();
+        if (fp.lastDeletion !== "") await nft(ns, ["-f", "-"], fp.lastDeletion);
+        await nft(ns, ["-f", "-"], r.transaction);
+        return r;
+      };
+      await apply();
+      const [web, lb] = cluster.services;
+      fp.setEndpoints(web, [cluster.endpoints[0][1][0]]);
+      fp.deleteService(lb);
+      const r = await apply();
+      assert.ok(r.staleChains.length > 0);
+      assert.ok(!r.transaction.includes("add table"), "a partial sync leaves the fixed part alone");
+      fp.ageStaleChains();
+      await apply();
+      assert.match(fp.lastDeletion, /^delete chain /m);
+      const listed = await ns.execOk([NFT, "list", "table", family === "IPv6" ? "ip6" : "ip", "kube-proxy"]);
+      for (const chain of fp.nft.chains()) {
+        assert.ok(listed.includes(`chain ${chain} {`), `kernel lacks chain ${chain}`);
+      }
+      assert.ok(!listed.includes("external-"), "the removed LoadBalancer's chains are gone");
+    },
+  );
 }
 
 test(

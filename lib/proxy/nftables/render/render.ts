@@ -20,6 +20,7 @@ import { type NftFamily, NftTransaction } from "./transaction.ts";
 import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
 import { writeSetup } from "./setup.ts";
 import { writeServicePort } from "./service_port.ts";
+import { ElementWriter, type NftElementState } from "./elements.ts";
 import { isAffinitySetName, isServiceChainName, KUBE_PROXY_TABLE } from "./names.ts";
 
 /** Everything one full nftables sync of one IP family needs. */
@@ -55,7 +56,25 @@ export interface NftRenderInput {
   readonly preferSameTrafficDistribution?: boolean;
 }
 
-/** What one full render produced. */
+/** What a partial sync needs from the last applied sync of the same family. */
+export interface NftSyncState {
+  readonly family: IPFamily;
+  /** Set and map elements the last sync left in the kernel. */
+  readonly elements: NftElementState;
+}
+
+/** A partial sync (upstream's syncs without needFullSync). */
+export interface NftPartialSync {
+  /** State of the last applied sync (full or partial) of this family. */
+  readonly previous: NftSyncState;
+  /**
+   * Services whose chains are rewritten, as "namespace/name" (upstream: the services and endpoint
+   * slices that changed since the last sync); every other service port only has its elements checked.
+   */
+  readonly changedServices: ReadonlySet<string>;
+}
+
+/** What one render produced. */
 export interface NftRenderResult {
   /** The transaction text for `nft -f -`. */
   readonly transaction: string;
@@ -73,6 +92,8 @@ export interface NftRenderResult {
   readonly skippedServices: readonly string[];
   /** One line per input problem ignored (skipped service ports, loopback nodePortAddresses, ...). */
   readonly warnings: readonly string[];
+  /** State for the next (partial) sync, to keep once this transaction was applied. */
+  readonly state: NftSyncState;
 }
 
 /** Characters nft allows in a chain or set name (the renderer only ever writes names of this form). */
@@ -112,6 +133,18 @@ function safeNames(what: string, names: Iterable<string> | null, warnings: strin
 
 /** Renders a full sync of `input.family` (upstream syncProxyRules with needFullSync). */
 export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
+  return renderNFTablesSync(input, null);
+}
+
+/**
+ * Renders a sync of `input.family`: a full one when `partial` is null, otherwise upstream's partial sync
+ * (no fixed part; chains only for the changed services; element additions, replacements and deletions
+ * against `partial.previous`). `input.firstSync` is ignored for a partial sync.
+ */
+export function renderNFTablesSync(input: NftRenderInput, partial: NftPartialSync | null): NftRenderResult {
+  if (partial !== null && partial.previous.family !== input.family) {
+    throw new Error(`partial sync: previous state is for ${partial.previous.family}, not ${input.family}`);
+  }
   const family = nftFamily(input.family);
   const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
   const warnings: string[] = [];
@@ -131,20 +164,26 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
   }
   nodePortIPs = [...new Set(nodePortIPs)];
 
-  writeSetup(tx, {
-    family,
-    masqueradeMark: masqueradeMark(input.masqueradeBit),
-    serviceCIDRs: cidrsOfFamily(input.serviceCIDRs, input.family, warnings),
-    nodePortMatchAll: input.nodePortAddresses.matchAll,
-    nodePortIPs,
-    recreateBaseChains: input.firstSync,
-  });
+  const mark = masqueradeMark(input.masqueradeBit);
+  const serviceCIDRs = cidrsOfFamily(input.serviceCIDRs, input.family, warnings);
+  if (partial === null) {
+    writeSetup(tx, {
+      family,
+      masqueradeMark: mark,
+      serviceCIDRs,
+      nodePortMatchAll: input.nodePortAddresses.matchAll,
+      nodePortIPs,
+      recreateBaseChains: input.firstSync,
+    });
+  }
+  const elements = new ElementWriter(tx, partial === null ? null : partial.previous.elements);
 
   const ctx = {
     family,
     masqueradeAll: input.masqueradeAll,
     local: localTrafficMatches(input.localDetector),
     nodeIP: input.nodeIP,
+    elements,
   };
   const byKey = new Map<string, ServicePortInfo>();
   for (const svc of input.services) byKey.set(servicePortKey(svc.name), svc);
@@ -170,7 +209,9 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
     const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
       preferSameTrafficDistribution: input.preferSameTrafficDistribution,
     });
-    const out = writeServicePort(tx, ctx, svc, cat);
+    const writeChains = partial === null ||
+      partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
+    const out = writeServicePort(tx, ctx, svc, cat, writeChains);
     for (const c of out.chains) activeChains.add(c);
     for (const s of out.affinitySets) activeAffinitySets.add(s);
     if (out.noLocalInternal) noLocalInternal++;
@@ -187,6 +228,7 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
   for (const set of safeNames("set", input.existingSets, warnings)) {
     if (isAffinitySetName(set) && !activeAffinitySets.has(set)) tx.deleteSet(set);
   }
+  const elementState = elements.finish();
 
   return {
     transaction: tx.toString(),
@@ -197,6 +239,7 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
     noLocalEndpointsExternal: noLocalExternal,
     skippedServices,
     warnings,
+    state: { family: input.family, elements: elementState },
   };
 }
 

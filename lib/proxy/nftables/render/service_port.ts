@@ -12,6 +12,7 @@ import { cidrContains, parseCIDR, parseIP } from "../../../net/ip.ts";
 import type { NftFamily, NftTransaction } from "./transaction.ts";
 import type { LocalTrafficMatches } from "./local_traffic.ts";
 import { ensureChain } from "./setup.ts";
+import type { ElementWriter } from "./elements.ts";
 import {
   CLUSTER_IPS_SET,
   type EndpointNames,
@@ -35,6 +36,8 @@ export interface ServicePortContext {
   readonly local: LocalTrafficMatches | null;
   /** The node's primary IP of this family (loadBalancerSourceRanges hairpin), or null. */
   readonly nodeIP: string | null;
+  /** Where set and map elements go (full or partial). */
+  readonly elements: ElementWriter;
 }
 
 /** Objects one service port keeps alive, and its "no local endpoints" facts (for metrics). */
@@ -50,14 +53,16 @@ export interface ServicePortOutcome {
 }
 
 /**
- * Writes everything of `svc` into `tx`. `cat` is categorizeEndpoints' result for the service port's
- * endpoints.
+ * Writes `svc` into `tx`: its elements always, its chains, rules and affinity sets only when
+ * `writeChains` (false on a partial sync for a service whose objects did not change: its chains are then
+ * only noted as in use). `cat` is categorizeEndpoints' result for the service port's endpoints.
  */
 export function writeServicePort(
   tx: NftTransaction,
   ctx: ServicePortContext,
   svc: ServicePortInfo,
   cat: CategorizedEndpoints,
+  writeChains = true,
 ): ServicePortOutcome {
   const ipX = ctx.family;
   const protocol = svc.protocol.toLowerCase();
@@ -67,6 +72,11 @@ export function writeServicePort(
   const sticky = svc.stickyMaxAgeSeconds > 0;
   const active = new Set<string>();
   const affinitySets: string[] = [];
+  const useChain = (chain: string): void => {
+    if (writeChains) ensureChain(tx, chain, active);
+    else active.add(chain);
+  };
+  const el = ctx.elements;
 
   // One chain per "ip:port" (the endpoint tracker already keeps one endpoint per address and port).
   const byEndpoint = new Map<string, { ep: EndpointInfo; names: EndpointNames }>();
@@ -75,16 +85,16 @@ export function writeServicePort(
   }
   const reachable = [...byEndpoint.values()];
   for (const r of reachable) {
-    ensureChain(tx, r.names.chain, active);
+    useChain(r.names.chain);
     if (sticky) affinitySets.push(r.names.affinitySet);
   }
 
   const clusterPolicyChain = names.clusterPolicy;
   const usesClusterPolicyChain = cat.clusterEndpoints.length > 0 && usesClusterEndpoints(svc);
-  if (usesClusterPolicyChain) ensureChain(tx, clusterPolicyChain, active);
+  if (usesClusterPolicyChain) useChain(clusterPolicyChain);
   const localPolicyChain = names.localPolicy;
   const usesLocalPolicyChain = cat.localEndpoints.length > 0 && usesLocalEndpoints(svc);
-  if (usesLocalPolicyChain) ensureChain(tx, localPolicyChain, active);
+  if (usesLocalPolicyChain) useChain(localPolicyChain);
 
   const hasEndpoints = cat.hasAnyEndpoints;
   let internalTrafficChain = clusterPolicyChain;
@@ -102,7 +112,7 @@ export function writeServicePort(
   const externalTrafficChain = names.external;
   // Needed even without externally usable endpoints, for the short-circuit rules of local traffic.
   const usesExternalTrafficChain = hasEndpoints && externallyAccessible(svc);
-  if (usesExternalTrafficChain) ensureChain(tx, externalTrafficChain, active);
+  if (usesExternalTrafficChain) useChain(externalTrafficChain);
 
   let internalFilterVerdict = "";
   let externalFilterVerdict = "";
@@ -123,41 +133,43 @@ export function writeServicePort(
   }
 
   // ClusterIP.
-  tx.addElement(CLUSTER_IPS_SET, [svc.clusterIP]);
+  el.ensure(CLUSTER_IPS_SET, [svc.clusterIP]);
   if (hasInternalEndpoints) {
-    tx.addElement(SERVICE_IPS_MAP, [svc.clusterIP, protocol, port], [`goto ${internalTrafficChain}`]);
+    el.ensure(SERVICE_IPS_MAP, [svc.clusterIP, protocol, port], [`goto ${internalTrafficChain}`]);
   } else {
-    tx.addElement(NO_ENDPOINT_SERVICES_MAP, [svc.clusterIP, protocol, port], [internalFilterVerdict], spn);
+    el.ensure(NO_ENDPOINT_SERVICES_MAP, [svc.clusterIP, protocol, port], [internalFilterVerdict], spn);
   }
 
   // External IPs.
   for (const ip of svc.externalIPs) {
-    if (hasEndpoints) tx.addElement(SERVICE_IPS_MAP, [ip, protocol, port], [`goto ${externalTrafficChain}`]);
+    if (hasEndpoints) el.ensure(SERVICE_IPS_MAP, [ip, protocol, port], [`goto ${externalTrafficChain}`]);
     if (!hasExternalEndpoints) {
-      tx.addElement(NO_ENDPOINT_SERVICES_MAP, [ip, protocol, port], [externalFilterVerdict], spn);
+      el.ensure(NO_ENDPOINT_SERVICES_MAP, [ip, protocol, port], [externalFilterVerdict], spn);
     }
   }
 
   // LoadBalancer IPs.
   const usesFWChain = svc.loadBalancerVIPs.length > 0 && svc.loadBalancerSourceRanges.length > 0;
   const fwChain = names.firewall;
-  if (usesFWChain) ensureChain(tx, fwChain, active);
+  if (usesFWChain) useChain(fwChain);
   for (const ip of svc.loadBalancerVIPs) {
-    if (hasEndpoints) tx.addElement(SERVICE_IPS_MAP, [ip, protocol, port], [`goto ${externalTrafficChain}`]);
-    if (usesFWChain) tx.addElement(FIREWALL_IPS_MAP, [ip, protocol, port], [`goto ${fwChain}`]);
+    if (hasEndpoints) el.ensure(SERVICE_IPS_MAP, [ip, protocol, port], [`goto ${externalTrafficChain}`]);
+    if (usesFWChain) el.ensure(FIREWALL_IPS_MAP, [ip, protocol, port], [`goto ${fwChain}`]);
   }
   if (!hasExternalEndpoints) {
     for (const ip of svc.loadBalancerVIPs) {
-      tx.addElement(NO_ENDPOINT_SERVICES_MAP, [ip, protocol, port], [externalFilterVerdict], spn);
+      el.ensure(NO_ENDPOINT_SERVICES_MAP, [ip, protocol, port], [externalFilterVerdict], spn);
     }
   }
 
   // NodePort (not subject to loadBalancerSourceRanges).
   if (svc.nodePort !== 0) {
     const key = [protocol, String(svc.nodePort)];
-    if (hasEndpoints) tx.addElement(SERVICE_NODEPORTS_MAP, key, [`goto ${externalTrafficChain}`]);
-    if (!hasExternalEndpoints) tx.addElement(NO_ENDPOINT_NODEPORTS_MAP, key, [externalFilterVerdict], spn);
+    if (hasEndpoints) el.ensure(SERVICE_NODEPORTS_MAP, key, [`goto ${externalTrafficChain}`]);
+    if (!hasExternalEndpoints) el.ensure(NO_ENDPOINT_NODEPORTS_MAP, key, [externalFilterVerdict], spn);
   }
+
+  if (!writeChains) return { chains: [...active], affinitySets, noLocalInternal, noLocalExternal };
 
   // Masquerade off-cluster traffic to the ClusterIP (it may be routed here from outside).
   if (hasInternalEndpoints) {
