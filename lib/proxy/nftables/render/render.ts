@@ -1,0 +1,254 @@
+/**
+ * The nftables renderer for a full sync: upstream kube-proxy's nftables syncProxyRules (v1.34, with
+ * needFullSync) as a pure function. Service ports, endpoints and node facts of one IP family in; the
+ * `nft -f -` transaction upstream would send for table `kube-proxy` of that family out. Service ports
+ * are processed in sorted key order (upstream: map order), so the same input gives the same bytes.
+ *
+ * Stale objects are handled as upstream does, from the table's current chains and sets given by the
+ * caller: per-service chains no longer used are flushed (deleted by a later sync, once no map element
+ * can still reference them) and unused affinity sets are deleted.
+ */
+import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../types.ts";
+import { servicePortKey, servicePortNameString } from "../../types.ts";
+import { categorizeEndpoints } from "../../topology.ts";
+import type { NodePortAddresses } from "../../nodeport_addresses.ts";
+import { compareEndpoints } from "../../endpoints.ts";
+import { formatCIDR, isLoopback, parseCIDR, parseIP } from "../../../net/ip.ts";
+import { masqueradeMark } from "../../iptables/render/render.ts";
+import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.ts";
+import { type NftFamily, NftTransaction } from "./transaction.ts";
+import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
+import { writeSetup } from "./setup.ts";
+import { writeServicePort } from "./service_port.ts";
+import { ElementWriter, type NftElementState } from "./elements.ts";
+import { isAffinitySetName, isServiceChainName, KUBE_PROXY_TABLE } from "./names.ts";
+
+/** Everything one full nftables sync of one IP family needs. */
+export interface NftRenderInput {
+  readonly family: IPFamily;
+  /** Service ports of this family (any order; keyed by servicePortKey internally). */
+  readonly services: Iterable<ServicePortInfo>;
+  /** Endpoints per service port, keyed by servicePortKey (any order; sorted by "ip:port" here). */
+  readonly endpoints: ReadonlyMap<string, readonly EndpointInfo[]>;
+  /** This node's name (node topology hints). */
+  readonly nodeName: string;
+  /** This node's labels (topology zone). */
+  readonly nodeLabels: Readonly<Record<string, string>>;
+  /** The node's primary IP of this family, or null (loadBalancerSourceRanges hairpin). */
+  readonly nodeIP: string | null;
+  /** `--nodeport-addresses` for this family (lib/proxy/nodeport_addresses.ts). */
+  readonly nodePortAddresses: NodePortAddresses;
+  /** This family's local interface addresses, from which the nodeport-ips set is chosen. */
+  readonly localAddresses: readonly string[];
+  /** ServiceCIDRs (either family; this family's are used): unallocated ClusterIPs in them are dropped. */
+  readonly serviceCIDRs: readonly string[];
+  /** 0..31; the mark is 1 << bit, formatted as Go's %#08x. */
+  readonly masqueradeBit: number;
+  readonly masqueradeAll: boolean;
+  readonly localDetector: NftLocalTrafficDetector;
+  /** First sync of this process: recreate the base chains (upstream's one-time add+delete). */
+  readonly firstSync: boolean;
+  /** Chains now in the table (upstream lists them each sync), or null when the table does not exist. */
+  readonly existingChains: Iterable<string> | null;
+  /** Sets now in the table, or null when the table does not exist. */
+  readonly existingSets: Iterable<string> | null;
+  /** PreferSameTrafficDistribution feature gate (default true). */
+  readonly preferSameTrafficDistribution?: boolean;
+}
+
+/** What a partial sync needs from the last applied sync of the same family. */
+export interface NftSyncState {
+  readonly family: IPFamily;
+  /** Set and map elements the last sync left in the kernel. */
+  readonly elements: NftElementState;
+}
+
+/** A partial sync (upstream's syncs without needFullSync). */
+export interface NftPartialSync {
+  /** State of the last applied sync (full or partial) of this family. */
+  readonly previous: NftSyncState;
+  /**
+   * Services whose chains are rewritten, as "namespace/name" (upstream: the services and endpoint
+   * slices that changed since the last sync); every other service port only has its elements checked.
+   */
+  readonly changedServices: ReadonlySet<string>;
+}
+
+/** What one render produced. */
+export interface NftRenderResult {
+  /** The transaction text for `nft -f -`. */
+  readonly transaction: string;
+  /** Number of commands in it. */
+  readonly operations: number;
+  /** Per-service and per-endpoint chains in use, sorted. */
+  readonly activeChains: readonly string[];
+  /** Per-service chains flushed as stale this sync (to delete in a later one), sorted. */
+  readonly staleChains: readonly string[];
+  /** Service ports whose internal traffic has no local endpoints (metric). */
+  readonly noLocalEndpointsInternal: number;
+  /** Service ports whose external traffic has no local endpoints (metric). */
+  readonly noLocalEndpointsExternal: number;
+  /** Service ports not written because a value could not be written safely (servicePortKey), sorted. */
+  readonly skippedServices: readonly string[];
+  /** One line per input problem ignored (skipped service ports, loopback nodePortAddresses, ...). */
+  readonly warnings: readonly string[];
+  /** State for the next (partial) sync, to keep once this transaction was applied. */
+  readonly state: NftSyncState;
+}
+
+/** Characters nft allows in a chain or set name (the renderer only ever writes names of this form). */
+const NFT_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
+
+/** nft family of an IP family. */
+export function nftFamily(family: IPFamily): NftFamily {
+  return family === "IPv6" ? "ip6" : "ip";
+}
+
+/**
+ * CIDRs of `family` among `cidrs`, normalised, in order (upstream OnServiceCIDRsChanged filtering);
+ * invalid ones are reported and dropped.
+ */
+function cidrsOfFamily(cidrs: readonly string[], family: IPFamily, warnings: string[]): string[] {
+  const out: string[] = [];
+  for (const c of cidrs) {
+    const parsed = parseCIDR(c);
+    if (parsed === null) {
+      warnings.push(`serviceCIDRs value ${JSON.stringify(c)} is not a CIDR; ignored`);
+      continue;
+    }
+    if ((parsed.bytes.length === 16) === (family === "IPv6")) out.push(formatCIDR(parsed));
+  }
+  return out;
+}
+
+/** Names of `names` that nft could have listed, reporting others (never written into a command). */
+function safeNames(what: string, names: Iterable<string> | null, warnings: string[]): string[] {
+  const out: string[] = [];
+  for (const n of names ?? []) {
+    if (NFT_NAME.test(n)) out.push(n);
+    else warnings.push(`existing ${what} name ${JSON.stringify(n)} is not a valid nft name; ignored`);
+  }
+  return out.sort();
+}
+
+/** Renders a full sync of `input.family` (upstream syncProxyRules with needFullSync). */
+export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
+  return renderNFTablesSync(input, null);
+}
+
+/**
+ * Renders a sync of `input.family`: a full one when `partial` is null, otherwise upstream's partial sync
+ * (no fixed part; chains only for the changed services; element additions, replacements and deletions
+ * against `partial.previous`). `input.firstSync` is ignored for a partial sync.
+ */
+export function renderNFTablesSync(input: NftRenderInput, partial: NftPartialSync | null): NftRenderResult {
+  if (partial !== null && partial.previous.family !== input.family) {
+    throw new Error(`partial sync: previous state is for ${partial.previous.family}, not ${input.family}`);
+  }
+  const family = nftFamily(input.family);
+  const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
+  const warnings: string[] = [];
+
+  let nodePortIPs: string[] = [];
+  if (!input.nodePortAddresses.matchAll) {
+    for (const ip of input.nodePortAddresses.nodeIPs(input.localAddresses)) {
+      const bytes = parseIP(ip);
+      if (bytes !== null && isLoopback(bytes)) {
+        warnings.push(
+          `--nodeport-addresses includes localhost but localhost NodePorts are not supported: address ${ip}`,
+        );
+        continue;
+      }
+      nodePortIPs.push(ip);
+    }
+  }
+  nodePortIPs = [...new Set(nodePortIPs)];
+
+  const mark = masqueradeMark(input.masqueradeBit);
+  const serviceCIDRs = cidrsOfFamily(input.serviceCIDRs, input.family, warnings);
+  if (partial === null) {
+    writeSetup(tx, {
+      family,
+      masqueradeMark: mark,
+      serviceCIDRs,
+      nodePortMatchAll: input.nodePortAddresses.matchAll,
+      nodePortIPs,
+      recreateBaseChains: input.firstSync,
+    });
+  }
+  const elements = new ElementWriter(tx, partial === null ? null : partial.previous.elements);
+
+  const ctx = {
+    family,
+    masqueradeAll: input.masqueradeAll,
+    local: localTrafficMatches(input.localDetector),
+    nodeIP: input.nodeIP,
+    elements,
+  };
+  const byKey = new Map<string, ServicePortInfo>();
+  for (const svc of input.services) byKey.set(servicePortKey(svc.name), svc);
+  const keys = [...byKey.keys()].sort();
+
+  const activeChains = new Set<string>();
+  const activeAffinitySets = new Set<string>();
+  const skippedServices: string[] = [];
+  const ipv6 = input.family === "IPv6";
+  let noLocalInternal = 0;
+  let noLocalExternal = 0;
+  for (const key of keys) {
+    const svc = byKey.get(key)!;
+    const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+    const problem = checkServicePort(svc, ipv6) ??
+      eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
+    if (problem !== null) {
+      // One bad value must not break the whole transaction: leave this service port out.
+      skippedServices.push(key);
+      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${problem}`);
+      continue;
+    }
+    const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
+      preferSameTrafficDistribution: input.preferSameTrafficDistribution,
+    });
+    const writeChains = partial === null ||
+      partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
+    const out = writeServicePort(tx, ctx, svc, cat, writeChains);
+    for (const c of out.chains) activeChains.add(c);
+    for (const s of out.affinitySets) activeAffinitySets.add(s);
+    if (out.noLocalInternal) noLocalInternal++;
+    if (out.noLocalExternal) noLocalExternal++;
+  }
+
+  const staleChains: string[] = [];
+  for (const chain of safeNames("chain", input.existingChains, warnings)) {
+    if (isServiceChainName(chain) && !activeChains.has(chain)) {
+      tx.flushChain(chain);
+      staleChains.push(chain);
+    }
+  }
+  for (const set of safeNames("set", input.existingSets, warnings)) {
+    if (isAffinitySetName(set) && !activeAffinitySets.has(set)) tx.deleteSet(set);
+  }
+  const elementState = elements.finish();
+
+  return {
+    transaction: tx.toString(),
+    operations: tx.operations,
+    activeChains: [...activeChains].sort(),
+    staleChains,
+    noLocalEndpointsInternal: noLocalInternal,
+    noLocalEndpointsExternal: noLocalExternal,
+    skippedServices,
+    warnings,
+    state: { family: input.family, elements: elementState },
+  };
+}
+
+/**
+ * The separate transaction upstream runs at the start of a sync to delete per-service chains that have
+ * been stale (flushed, unreferenced) for over a second; "" when there are none.
+ */
+export function renderStaleChainDeletion(family: IPFamily, chains: Iterable<string>): string {
+  const tx = new NftTransaction(nftFamily(family), KUBE_PROXY_TABLE);
+  for (const chain of [...chains].sort()) tx.deleteChain(chain);
+  return tx.toString();
+}
