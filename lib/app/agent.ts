@@ -23,6 +23,7 @@ import { ApiStats } from "../k8s/stats.ts";
 import { installShutdownSignals } from "./shutdown.ts";
 import { killProcessGroups } from "../runtime/process_groups.ts";
 import { backendFor } from "./backends.ts";
+import { cleanupAllModes, cleanupOtherModes } from "./mode_leftovers.ts";
 import { buildProxiers, NodeTracker } from "./proxiers.ts";
 import { startSources } from "./sources.ts";
 import { createObservability, startServers } from "./servers.ts";
@@ -134,7 +135,7 @@ export async function runAgent(
   const dryRun = options.dryRun;
   const backend = backendFor(config.mode);
 
-  if (options.cleanup) return await backend.cleanup(log);
+  if (options.cleanup) return await cleanupAllModes(config.mode, log);
 
   // Setup errors (kubeconfig, credentials, no apiserver) are reported before anything on the host changes.
   const apiserverWiring = options.manifests ? null : await import("./apiserver_wiring.ts");
@@ -145,6 +146,8 @@ export async function runAgent(
     const { privilegedInit } = await import("../host/privileged_init.ts");
     await privilegedInit(config);
     if (options.initOnly) return 0;
+    // Switching modes: what another mode left on this host must not handle packets beside ours.
+    await cleanupOtherModes(config.mode, log);
   }
 
   // From here on a SIGTERM/SIGINT stops the agent in order, bounded (lib/app/shutdown.ts).
@@ -165,7 +168,14 @@ export async function runAgent(
     }),
   };
   const { syncPeriodMs } = backend.syncPeriods(config);
-  const observability = createObservability(options, nodeName, apiStats, cacheState, syncPeriodMs);
+  const observability = createObservability(
+    options,
+    nodeName,
+    apiStats,
+    cacheState,
+    syncPeriodMs,
+    config.mode === "nftables" ? "nftables" : "iptables",
+  );
   const { metrics, health, serviceHealth } = observability;
 
   const nodeTracker = new NodeTracker();

@@ -6,6 +6,7 @@ import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.t
 import type { ApiStats } from "../k8s/stats.ts";
 import type { CacheStateSource } from "../metrics/edgeproxy.ts";
 import { type AgentMetrics, createAgentMetrics } from "../metrics/agent_metrics.ts";
+import type { MetricsProxyMode } from "../metrics/kubeproxy.ts";
 import { createHealthzApp, healthTimeoutFor, ProxyHealthServer } from "../server/proxier_health.ts";
 import { createMetricsApp } from "../server/metrics_app.ts";
 import { startHealthServers } from "../server/health_servers.ts";
@@ -27,8 +28,13 @@ export function createObservability(
   apiStats: ApiStats,
   cacheState: CacheStateSource,
   syncPeriodMs: number,
+  mode: MetricsProxyMode = "iptables",
 ): Observability {
-  const metrics = createAgentMetrics({ apiStats: options.manifests ? undefined : apiStats, cacheState });
+  const metrics = createAgentMetrics({
+    apiStats: options.manifests ? undefined : apiStats,
+    cacheState,
+    mode,
+  });
   const health = new ProxyHealthServer({
     healthTimeoutMs: healthTimeoutFor(syncPeriodMs),
     metrics: metrics.kubeproxy,
@@ -54,7 +60,11 @@ export async function startServers(
     metricsBindAddress: config.metricsBindAddress,
     bindAddressHardFail: config.bindAddressHardFail,
     healthzApp: createHealthzApp(o.health),
-    metricsApp: createMetricsApp({ registry: o.metrics.registry, configz: () => config }),
+    metricsApp: createMetricsApp({
+      registry: o.metrics.registry,
+      configz: () => config,
+      proxyMode: config.mode === "" ? "iptables" : config.mode,
+    }),
     logger: log,
   });
   return {

@@ -22,7 +22,7 @@ import {
 import { defaultConfig, defaultOptions, PROXY_HEALTHZ_PORT, PROXY_STATUS_PORT } from "../config/defaults.ts";
 import { parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration, VModuleItem } from "../config/types.ts";
-import { portRangeProblem, SUPPORTED_PROXY_MODES } from "../config/validate.ts";
+import { portRangeProblem, SUPPORTED_PROXY_MODES, SUPPORTED_PROXY_MODES_TEXT } from "../config/validate.ts";
 
 /** Settings that live only on the command line. */
 export interface CliSettings {
@@ -502,12 +502,14 @@ export const FLAGS: readonly FlagDef[] = [
   {
     ...base("proxy-mode", "ProxyMode", "config", {
       group: "iptables proxier",
-      usage: "Which proxy mode to use. edgeproxy implements only 'iptables' (the default when empty).",
+      usage: "Which proxy mode to use: 'iptables' (the default when empty) or 'nftables'.",
     }),
     configPath: "mode",
     set: (s, raw) => {
       if (!SUPPORTED_PROXY_MODES.includes(raw)) {
-        throw new FlagError(`edgeproxy implements only --proxy-mode=iptables (got ${JSON.stringify(raw)})`);
+        throw new FlagError(
+          `edgeproxy implements only --proxy-mode=${SUPPORTED_PROXY_MODES_TEXT} (got ${JSON.stringify(raw)})`,
+        );
       }
       s.config.mode = raw;
     },

@@ -5,7 +5,7 @@
  * decoding (lib/config/load.ts).
  *
  * Differences from upstream, on purpose:
- * - any `mode` other than "" / "iptables" is rejected: edgeproxy implements only the iptables proxier;
+ * - any `mode` other than "" / "iptables" / "nftables" is rejected: edgeproxy implements only those proxiers;
  * - an empty `metricsBindAddress` is accepted (the flag documents "set empty to disable");
  * - `featureGates` are checked like upstream's feature-gate registry does at start (lib/config/feature_gates.ts):
  *   unknown names and locked gates set to the other value are errors;
@@ -17,8 +17,11 @@ import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 
-/** Proxy modes edgeproxy accepts: blank (meaning iptables) and iptables. */
-export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables"];
+/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables and nftables. */
+export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables"];
+
+/** The supported modes as one phrase for error messages ("iptables|nftables"). */
+export const SUPPORTED_PROXY_MODES_TEXT = SUPPORTED_PROXY_MODES.filter((m) => m !== "").join("|");
 
 /** Local-traffic detection modes upstream accepts. */
 export const DETECT_LOCAL_MODES: readonly string[] = [
@@ -129,7 +132,9 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
   const errs: FieldError[] = [];
 
   if (!SUPPORTED_PROXY_MODES.includes(c.mode)) {
-    errs.push(fieldError("mode", "edgeproxy implements only iptables mode", c.mode));
+    errs.push(
+      fieldError("mode", `edgeproxy implements only the ${SUPPORTED_PROXY_MODES_TEXT} modes`, c.mode),
+    );
   }
   errs.push(...validateFeatureGates(c.featureGates));
 

@@ -11,6 +11,7 @@ import {
   initKubeProxySeries,
   type IPFamilyLabel,
   type KubeProxyMetrics,
+  type MetricsProxyMode,
   type NfacctSource,
 } from "./kubeproxy.ts";
 import { registerProcessMetrics } from "./process.ts";
@@ -23,6 +24,8 @@ export interface AgentMetricsOptions {
   readonly apiStats?: ApiStats;
   readonly cacheState?: CacheStateSource;
   readonly nfacct?: NfacctSource;
+  /** The proxy mode whose kubeproxy_* families are registered (default iptables). */
+  readonly mode?: MetricsProxyMode;
 }
 
 /** Everything the agent writes metrics into. */
@@ -38,7 +41,7 @@ export interface AgentMetrics {
 /** Builds the agent's registry and registers every family in it. */
 export function createAgentMetrics(opts: AgentMetricsOptions = {}): AgentMetrics {
   const registry = new Registry();
-  const kubeproxy = createKubeProxyMetrics(registry, { nfacct: opts.nfacct });
+  const kubeproxy = createKubeProxyMetrics(registry, { nfacct: opts.nfacct, mode: opts.mode });
   registerProcessMetrics(registry);
   registerBuildInfo(registry);
   const restClient = createRestClientMetrics(registry);

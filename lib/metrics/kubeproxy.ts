@@ -4,6 +4,8 @@
  * names and buckets as listed for v1.34 in the Kubernetes metrics reference. Sync metrics carry
  * `ip_family` ("IPv4" | "IPv6"); the change counters and the health counters do not.
  * nftables-only and IPVS-only metrics are not registered, as upstream does not register them in this mode.
+ * In nftables mode (RegisterMetrics(ProxyModeNFTables)) the two nftables failure counters are registered
+ * instead of the iptables-only families; the unregistered ones still exist, in a registry nobody serves.
  */
 import { type Counter, type Gauge, type Histogram, Registry } from "./registry.ts";
 
@@ -96,22 +98,36 @@ export interface KubeProxyMetrics {
   readonly reconcileConntrackFlowsLatency: Histogram;
   /** kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family}. */
   readonly reconcileConntrackFlowsDeletedEntriesTotal: Counter;
+  /** kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family} (nftables mode). */
+  readonly nftablesSyncFailuresTotal: Counter;
+  /** kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total{ip_family} (nftables mode). */
+  readonly nftablesCleanupFailuresTotal: Counter;
 }
+
+/** Proxy modes whose metric sets differ (upstream RegisterMetrics(mode)). */
+export type MetricsProxyMode = "iptables" | "nftables";
 
 /** Options of {@link createKubeProxyMetrics}. */
 export interface KubeProxyMetricsOptions {
   /** Source of the two nfacct collectors; without it they export nothing. */
   readonly nfacct?: NfacctSource;
+  /** Which mode's families to register (default "iptables"). */
+  readonly mode?: MetricsProxyMode;
 }
 
 const ALPHA = "ALPHA" as const;
 const IP_FAMILY = ["ip_family"] as const;
 
-/** Registers every kubeproxy_* metric of iptables mode in `registry` and returns them. */
+/** Registers every kubeproxy_* metric of the mode (default iptables) in `registry` and returns them. */
 export function createKubeProxyMetrics(
   registry: Registry = new Registry(),
   opts: KubeProxyMetricsOptions = {},
 ): KubeProxyMetrics {
+  const nftablesMode = opts.mode === "nftables";
+  // Metrics of the other mode are created in a registry nobody serves, so backends can always write them.
+  const unserved = new Registry();
+  const iptablesOnly = nftablesMode ? unserved : registry;
+  const nftablesOnly = nftablesMode ? registry : unserved;
   const syncHistogram = (name: string, help: string) =>
     registry.histogram({
       name,
@@ -172,25 +188,25 @@ export function createKubeProxyMetrics(
       help: "Cumulative proxy rules Service changes",
       stabilityLevel: ALPHA,
     }),
-    iptablesRestoreFailuresTotal: registry.counter({
+    iptablesRestoreFailuresTotal: iptablesOnly.counter({
       name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
       help: "Cumulative proxy iptables restore failures",
       labelNames: IP_FAMILY,
       stabilityLevel: ALPHA,
     }),
-    iptablesPartialRestoreFailuresTotal: registry.counter({
+    iptablesPartialRestoreFailuresTotal: iptablesOnly.counter({
       name: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
       help: "Cumulative proxy iptables partial restore failures",
       labelNames: IP_FAMILY,
       stabilityLevel: ALPHA,
     }),
-    iptablesRulesTotal: registry.gauge({
+    iptablesRulesTotal: iptablesOnly.gauge({
       name: "kubeproxy_sync_proxy_rules_iptables_total",
       help: "Total number of iptables rules owned by kube-proxy",
       labelNames: ["table", "ip_family"],
       stabilityLevel: ALPHA,
     }),
-    iptablesRulesLastSync: registry.gauge({
+    iptablesRulesLastSync: iptablesOnly.gauge({
       name: "kubeproxy_sync_proxy_rules_iptables_last",
       help: "Number of iptables rules written by kube-proxy in last sync",
       labelNames: ["table", "ip_family"],
@@ -224,10 +240,22 @@ export function createKubeProxyMetrics(
       labelNames: IP_FAMILY,
       stabilityLevel: ALPHA,
     }),
+    nftablesSyncFailuresTotal: nftablesOnly.counter({
+      name: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+      help: "Cumulative proxy nftables sync failures",
+      labelNames: IP_FAMILY,
+      stabilityLevel: ALPHA,
+    }),
+    nftablesCleanupFailuresTotal: nftablesOnly.counter({
+      name: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+      help: "Cumulative proxy nftables cleanup failures",
+      labelNames: IP_FAMILY,
+      stabilityLevel: ALPHA,
+    }),
   };
 
   const nfacctCollector = (name: string, help: string, counter: string) =>
-    registry.collector({
+    iptablesOnly.collector({
       name,
       help,
       type: "counter",
@@ -278,6 +306,8 @@ export function initKubeProxySeries(m: KubeProxyMetrics, families: readonly IPFa
         m.iptablesPartialRestoreFailuresTotal,
         m.reconcileConntrackFlowsLatency,
         m.reconcileConntrackFlowsDeletedEntriesTotal,
+        m.nftablesSyncFailuresTotal,
+        m.nftablesCleanupFailuresTotal,
       ]
     ) metric.initSeries(fam);
     for (const table of IPTABLES_TABLES) {

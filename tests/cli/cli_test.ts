@@ -165,10 +165,12 @@ for (const v of VARIANTS) {
     });
 
     it("--proxy-mode=ipvs: exit 1 with one line", async () => {
-      for (const mode of ["ipvs", "nftables", "kernelspace"]) {
+      for (const mode of ["ipvs", "kernelspace"]) {
         const r = await run(v, [`--proxy-mode=${mode}`], dir);
         assert.equal(r.code, 1);
-        assert.deepEqual(errLines(r), [`edgeproxy implements only --proxy-mode=iptables (got "${mode}")`]);
+        assert.deepEqual(errLines(r), [
+          `edgeproxy implements only --proxy-mode=iptables|nftables (got "${mode}")`,
+        ]);
       }
     });
 

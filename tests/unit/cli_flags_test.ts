@@ -294,10 +294,15 @@ describe("pflag errors (one line, pflag's wording)", () => {
       ["--cache-start-deadline=-1s"],
       'invalid argument "-1s" for "--cache-start-deadline" flag: must be greater than or equal to 0',
     ],
-    [["--proxy-mode=ipvs"], 'edgeproxy implements only --proxy-mode=iptables (got "ipvs")'],
-    [["--proxy-mode", "nftables"], 'edgeproxy implements only --proxy-mode=iptables (got "nftables")'],
-    [["--proxy-mode=kernelspace"], 'edgeproxy implements only --proxy-mode=iptables (got "kernelspace")'],
-    [["--proxy-mode=userspace"], 'edgeproxy implements only --proxy-mode=iptables (got "userspace")'],
+    [["--proxy-mode=ipvs"], 'edgeproxy implements only --proxy-mode=iptables|nftables (got "ipvs")'],
+    [
+      ["--proxy-mode=kernelspace"],
+      'edgeproxy implements only --proxy-mode=iptables|nftables (got "kernelspace")',
+    ],
+    [
+      ["--proxy-mode=userspace"],
+      'edgeproxy implements only --proxy-mode=iptables|nftables (got "userspace")',
+    ],
     [
       ["--proxy-port-range=100-50"],
       'invalid argument "100-50" for "--proxy-port-range" flag: "100-50" is not a valid port range: end port cannot be less than start port',

@@ -145,12 +145,12 @@ const BAD: Array<[string, string, string]> = [
   [
     "non-iptables mode",
     HEAD + "mode: ipvs\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only iptables mode (got "ipvs")',
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables modes (got "ipvs")',
   ],
   [
     "unknown mode",
     HEAD + "mode: userspace\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only iptables mode (got "userspace")',
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables modes (got "userspace")',
   ],
   [
     "unknown detectLocalMode",

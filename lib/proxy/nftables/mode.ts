@@ -1,0 +1,116 @@
+/**
+ * The nftables proxy mode as the composition root sees it: the start checks (nft version, kernel
+ * features), which families this host can program (IPv6 when the kernel accepts the probe in `ip6`), one
+ * {@link NftablesBackend} per family on a real host or a printing one in --dry-run, and `--cleanup`.
+ */
+import type { IPFamily } from "../types.ts";
+import type { BackendContext, Provider, ProxyBackend } from "../provider.ts";
+import { NftablesBackend, type NftablesHost } from "./backend.ts";
+import { createNftDryRunHost } from "./dry_run_host.ts";
+import { createNftRunner, NftError, type NftRunner, nftVersionOutput } from "./runner.ts";
+import { nftVersionProblem } from "./version.ts";
+import { featureProbeTransaction } from "./features.ts";
+import { nftablesHost } from "./host.ts";
+import { cleanupLine, cleanupNftables } from "./cleanup.ts";
+import { newNodePortAddresses } from "../nodeport_addresses.ts";
+import { featureEnabled } from "../../config/feature_gates.ts";
+import { parseCIDR } from "../../net/go_net.ts";
+import { SpawnError } from "../../runtime/process_groups.ts";
+
+/**
+ * Checks nft and the kernel before anything is programmed: `nft --version` at least the minimum, and the
+ * feature probe accepted for IPv4. Throws one line naming what is missing. Returns whether IPv6 works.
+ */
+export async function checkNftablesSupport(runner: NftRunner, nft = "nft"): Promise<{ ipv6: boolean }> {
+  let version: string;
+  try {
+    version = await nftVersionOutput(nft);
+  } catch (e) {
+    if (e instanceof SpawnError) {
+      throw new Error(`nftables mode: ${nft} not found or not runnable: ${e.message}`);
+    }
+    throw new Error(`nftables mode: ${(e as Error).message}`);
+  }
+  const problem = nftVersionProblem(version);
+  if (problem !== null) throw new Error(`nftables mode: ${problem}`);
+  try {
+    await runner.check(featureProbeTransaction("ip"));
+  } catch (e) {
+    const why = e instanceof NftError
+      ? e.result.stderr.trim().split("\n").slice(0, 2).join(" | ")
+      : String(e);
+    throw new Error(`nftables mode: the kernel rejects a needed nftables feature (ip family): ${why}`);
+  }
+  const ipv6 = await runner.check(featureProbeTransaction("ip6")).then(() => true, () => false);
+  return { ipv6 };
+}
+
+/** A fresh nftables mode. `runnerFactory` makes the writer (the simple `nft -f -` one by default). */
+export function createNftablesBackend(
+  runnerFactory: () => NftRunner = () => createNftRunner(),
+): ProxyBackend {
+  let runner: NftRunner | null = null;
+  return {
+    syncPeriods: (config) => ({
+      minSyncPeriodMs: config.nftables.minSyncPeriod,
+      syncPeriodMs: config.nftables.syncPeriod,
+    }),
+
+    async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
+      if (dryRun) {
+        const v6 = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
+        return v6 ? ["IPv4", "IPv6"] : ["IPv4"];
+      }
+      runner = runnerFactory();
+      const { ipv6 } = await checkNftablesSupport(runner);
+      return ipv6 ? ["IPv4", "IPv6"] : ["IPv4"];
+    },
+
+    provider(family: IPFamily, ctx: BackendContext): Promise<Provider> {
+      const { config, dryRun, log } = ctx;
+      let host: NftablesHost;
+      if (dryRun) host = createNftDryRunHost(family, ctx.out);
+      else host = nftablesHost(runner ??= runnerFactory(), family);
+      return Promise.resolve(
+        new NftablesBackend({
+          family,
+          nodeName: ctx.nodeName,
+          host,
+          log,
+          metrics: ctx.metrics,
+          masqueradeAll: config.nftables.masqueradeAll,
+          masqueradeBit: config.nftables.masqueradeBit,
+          nodePortAddresses: newNodePortAddresses(family, config.nodePortAddresses ?? []),
+          preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
+          nodeIPs: () => ctx.nodeIPs(family),
+          primaryNodeIP: () => ctx.primaryNodeIP(family),
+        }),
+      );
+    },
+
+    async cleanup(log): Promise<number> {
+      return await cleanupNftablesLeftovers(log, runnerFactory());
+    },
+  };
+}
+
+/**
+ * Deletes table `kube-proxy` in both families (upstream nftables CleanupLeftovers). A host without nft
+ * has nothing to clean. Returns the exit code (1 when a deletion failed).
+ */
+export async function cleanupNftablesLeftovers(
+  log: { info(msg: string): void; warn(msg: string): void },
+  runner: NftRunner = createNftRunner(),
+): Promise<number> {
+  try {
+    const { report, failed } = await cleanupNftables(runner);
+    (failed ? log.warn : log.info)(cleanupLine(report));
+    return failed ? 1 : 0;
+  } catch (e) {
+    if (e instanceof SpawnError) {
+      log.info(`nftables cleanup: skipped: nft not runnable (${e.code ?? e.message})`);
+      return 0;
+    }
+    throw e;
+  }
+}

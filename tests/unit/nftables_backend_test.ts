@@ -1,0 +1,225 @@
+/**
+ * The nftables backend (lib/proxy/nftables/backend.ts) against a fake table: full then partial syncs
+ * leave the table a fresh full sync would build, partial syncs read nothing from the kernel, stale
+ * chains are deleted over a second later, the drift fingerprint notices a flushed `services` chain, a
+ * flushed map and a deleted table, a failed transaction makes the next sync full, and --dry-run prints.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { FakeNftTable } from "../support/nft_fake.ts";
+import { sortNFTablesTransaction } from "../support/nft_canonical.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
+import { NftablesBackend, type NftablesHost, serviceOfKey } from "../../lib/proxy/nftables/backend.ts";
+import { createNftDryRunHost } from "../../lib/proxy/nftables/dry_run_host.ts";
+import { compareRuleCounts } from "../../lib/proxy/nftables/drift.ts";
+import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
+import type { ProxyState } from "../../lib/proxy/provider.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
+import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
+import { Registry } from "../../lib/metrics/registry.ts";
+import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
+import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
+
+/** A host over a FakeNftTable that records what it was asked. */
+class FakeHost implements NftablesHost {
+  readonly table = new FakeNftTable("ip", "kube-proxy");
+  readonly applied: string[] = [];
+  lists = 0;
+  failNext = false;
+  apply(tx: string): Promise<void> {
+    if (this.failNext) {
+      this.failNext = false;
+      return Promise.reject(new Error("nft -f -: exit status 1: Error: injected"));
+    }
+    this.applied.push(tx);
+    this.table.run(tx);
+    return Promise.resolve();
+  }
+  listObjects() {
+    this.lists++;
+    return Promise.resolve(
+      this.table.exists() ? { chains: this.table.chains(), sets: this.table.sets() } : null,
+    );
+  }
+  checkDrift(expected: ReadonlyMap<string, number>, samples: readonly { map: string; key: string }[]) {
+    if (!this.table.exists()) return Promise.resolve("table ip kube-proxy is gone");
+    const listed = new Map<string, number>();
+    for (const chain of expected.keys()) {
+      const rules = this.table.rules(chain);
+      if (rules !== null) listed.set(chain, rules.length);
+    }
+    const diffs = compareRuleCounts(expected, listed);
+    for (const s of samples) {
+      const has = (this.table.elements(s.map) ?? []).some((e) => e.key.join(" . ") === s.key);
+      if (!has) diffs.push(`element ${s.key} of ${s.map} is missing`);
+    }
+    return Promise.resolve(diffs.length === 0 ? null : diffs.join("; "));
+  }
+}
+
+function setup() {
+  const host = new FakeHost();
+  let now = 1_000_000;
+  const registry = new Registry();
+  const metrics = createKubeProxyMetrics(registry, { mode: "nftables" });
+  const warnings: string[] = [];
+  const backend = new NftablesBackend({
+    family: "IPv4",
+    nodeName: TEST_NODE_NAME,
+    host,
+    log: { info: () => {}, warn: (m) => warnings.push(m) },
+    metrics,
+    masqueradeAll: false,
+    masqueradeBit: 14,
+    nodePortAddresses: newNodePortAddresses("IPv4", []),
+    preferSameTrafficDistribution: true,
+    nodeIPs: () => ["192.168.0.2"],
+    primaryNodeIP: () => "192.168.0.2",
+    now: () => now,
+  });
+  return { host, backend, registry, metrics, warnings, advance: (ms: number) => (now += ms) };
+}
+
+function state(cluster: [ServicePortInfo, EndpointInfo[]][], changed: string[] = []): ProxyState {
+  const services = new ServicePortMap();
+  const endpoints = new EndpointsMap();
+  for (const [svc, eps] of cluster) {
+    services.set(servicePortKey(svc.name), svc);
+    endpoints.set(servicePortKey(svc.name), eps);
+  }
+  return {
+    family: "IPv4",
+    services,
+    endpoints,
+    changedServices: new Set(changed),
+    nodeLabels: {},
+    localDetection: detectLocalByCIDR("10.0.0.0/8"),
+  };
+}
+
+const svcA = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41", nodePort: 3001 });
+const svcB = makeServicePort("ns2", "svc2", { clusterIP: "172.30.0.42", stickyMaxAgeSeconds: 10800 });
+const keyA = servicePortKey(svcA.name);
+const keyB = servicePortKey(svcB.name);
+
+/** The table a fresh process's full sync builds for the same state. */
+async function freshDump(s: ProxyState): Promise<string> {
+  const f = setup();
+  await f.backend.sync(s, { full: true });
+  return sortNFTablesTransaction(f.host.table.dump());
+}
+
+describe("NftablesBackend", () => {
+  it("serviceOfKey: namespace/name of a service port key", () => {
+    assert.equal(serviceOfKey("ns1/svc1:p80/TCP"), "ns1/svc1");
+    assert.equal(serviceOfKey("ns1/svc1/UDP"), "ns1/svc1");
+  });
+
+  it("partial syncs write only the change, read nothing, and end where a full sync would", async () => {
+    const { host, backend } = setup();
+    const s1 = state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]);
+    const first = await backend.sync(s1, { full: false }); // no previous state: full regardless
+    assert.equal(first.kind, "full");
+    assert.equal(host.lists, 1);
+    assert.match(host.applied[0], /^add table ip kube-proxy/);
+
+    const s2 = state([
+      [svcA, [makeEndpoint("10.180.0.1", 80), makeEndpoint("10.180.0.3", 80)]],
+      [svcB, [makeEndpoint("10.180.0.2", 80)]],
+    ], [keyA]);
+    const second = await backend.sync(s2, { full: false });
+    assert.equal(second.kind, "partial");
+    assert.equal(host.lists, 1, "a partial sync lists nothing");
+    const tx = host.applied[1];
+    assert.doesNotMatch(tx, /add table|svc2/, tx);
+    assert.match(tx, /10\.180\.0\.3/);
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s2));
+  });
+
+  it("a removed service's chains are flushed, then deleted by the first sync over a second later", async () => {
+    const { host, backend, advance } = setup();
+    await backend.sync(
+      state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]),
+      {
+        full: true,
+      },
+    );
+    const svcBChains = () => host.table.chains().filter((c) => c.includes("ns2/svc2"));
+    assert.ok(svcBChains().length >= 2);
+    const onlyA = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]], [keyB]);
+    await backend.sync(onlyA, { full: false });
+    assert.ok(svcBChains().length >= 2, "flushed, not yet deleted");
+    for (const c of svcBChains()) assert.deepEqual(host.table.rules(c), []);
+    advance(500);
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]), { full: false });
+    assert.ok(svcBChains().length >= 2, "still there within the second");
+    advance(600);
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]), { full: false });
+    assert.deepEqual(svcBChains(), []);
+    assert.ok(host.applied.some((t) => /^delete chain ip kube-proxy .*ns2\/svc2/m.test(t)));
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(onlyA));
+  });
+
+  it("drift: a flushed services chain, a flushed map and a deleted table are reported; a full sync repairs", async () => {
+    const { host, backend } = setup();
+    const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
+    await backend.sync(s, { full: true });
+    assert.equal(await backend.checkDrift(), null);
+
+    host.table.run("flush chain ip kube-proxy services\n");
+    assert.match(String(await backend.checkDrift()), /chain services has 0 rules, expected 2/);
+    await backend.sync(s, { full: true });
+    assert.equal(await backend.checkDrift(), null);
+
+    host.table.run("flush map ip kube-proxy service-ips\n");
+    assert.match(String(await backend.checkDrift()), /service-ips is missing/);
+    await backend.sync(s, { full: true });
+    assert.equal(await backend.checkDrift(), null);
+
+    host.table.run("delete table ip kube-proxy\n");
+    assert.match(String(await backend.checkDrift()), /gone/);
+    await backend.sync(s, { full: true });
+    assert.equal(await backend.checkDrift(), null);
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s));
+  });
+
+  it("a failed transaction counts a sync failure and makes the next sync full", async () => {
+    const { host, backend, metrics } = setup();
+    const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
+    await backend.sync(s, { full: true });
+    host.failNext = true;
+    await assert.rejects(backend.sync(state([[svcA, []]], [keyA]), { full: false }), /injected/);
+    assert.equal(metrics.nftablesSyncFailuresTotal.get({ ip_family: "IPv4" }), 1);
+    const next = await backend.sync(state([[svcA, []]], [keyA]), { full: false });
+    assert.equal(next.kind, "full");
+  });
+
+  it("--dry-run prints the transaction", async () => {
+    const out: string[] = [];
+    const registry = new Registry();
+    const backend = new NftablesBackend({
+      family: "IPv4",
+      nodeName: TEST_NODE_NAME,
+      host: createNftDryRunHost("IPv4", (t) => out.push(t)),
+      log: { info: () => {}, warn: () => {} },
+      metrics: createKubeProxyMetrics(registry, { mode: "nftables" }),
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      preferSameTrafficDistribution: true,
+      nodeIPs: () => [],
+      primaryNodeIP: () => null,
+    });
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]), { full: true });
+    const text = out.join("");
+    assert.match(text, /^# nft -f - <<EOF \(IPv4\)\nadd table ip kube-proxy/);
+    assert.match(
+      text,
+      /add element ip kube-proxy service-ips \{ 172\.30\.0\.41 \. tcp \. 80 : goto service-/,
+    );
+    assert.match(text, /# EOF\n$/);
+    assert.equal(await backend.checkDrift(), null);
+  });
+});
