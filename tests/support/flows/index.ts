@@ -30,6 +30,7 @@ import { LOAD_BALANCER_TABLES } from "./load_balancer.ts";
 import { MASQUERADE_TABLES } from "./masquerade.ts";
 import { NODE_PORT_TABLES } from "./node_ports.ts";
 import { TRAFFIC_POLICY_TABLES } from "./traffic_policy.ts";
+import { UDP_TABLES } from "./udp.ts";
 import type { FlowTable } from "./types.ts";
 
 export * from "./types.ts";
@@ -43,4 +44,5 @@ export const FLOW_TABLES: readonly FlowTable[] = [
   ...CLUSTER_IP_TABLES,
   ...TRAFFIC_POLICY_TABLES,
   ...AFFINITY_TABLES,
+  ...UDP_TABLES,
 ];
