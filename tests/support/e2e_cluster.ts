@@ -169,7 +169,7 @@ export interface E2eCluster {
   stopAgent(): Promise<AgentExit | null>;
   /**
    * Waits until /healthz answers 200, the first IPv4 sync shows in the metrics (both only when the servers
-   * are at the topology's addresses) and nat KUBE-SERVICES exists; fails at once if the agent exits.
+   * are at the topology's addresses) and nat KUBE-SERVICES (nftables mode: chain `services`) exists; fails at once if the agent exits.
    */
   waitAgentReady(timeoutMs?: number): Promise<void>;
   /** Echo requests from inside `from` (see echoRequest). */
@@ -413,6 +413,10 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
             ) {
               return `no IPv4 sync yet (metrics ${m.status || m.curlError})`;
             }
+          }
+          if (lastFlagValue(a.args, "--proxy-mode") === "nftables") {
+            const nft = await node.exec(["nft", "list", "chain", "ip", "kube-proxy", "services"]);
+            return nft.code === 0 ? "ready" : "no nft chain ip kube-proxy services yet";
           }
           const chain = await node.exec(["iptables", "-w", "5", "-t", "nat", "-S", "KUBE-SERVICES"]);
           return chain.code === 0 ? "ready" : "no nat KUBE-SERVICES yet";

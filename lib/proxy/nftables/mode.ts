@@ -16,6 +16,8 @@ import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { parseCIDR } from "../../net/go_net.ts";
 import { SpawnError } from "../../runtime/process_groups.ts";
+import type { KubeProxyConfiguration } from "../../config/types.ts";
+import { defaultConfig } from "../../config/defaults.ts";
 
 /**
  * Checks nft and the kernel before anything is programmed: `nft --version` at least the minimum, and the
@@ -45,16 +47,32 @@ export async function checkNftablesSupport(runner: NftRunner, nft = "nft"): Prom
   return { ipv6 };
 }
 
+/**
+ * The mode's sync periods: the `nftables` section, except that upstream's --iptables-sync-period and
+ * --iptables-min-sync-period flags set the mode-neutral period (they land in the `iptables` section
+ * here), so an `iptables` value other than the default wins.
+ */
+export function nftablesSyncPeriods(
+  config: KubeProxyConfiguration,
+): { minSyncPeriodMs: number; syncPeriodMs: number } {
+  const d = defaultConfig();
+  return {
+    minSyncPeriodMs: config.iptables.minSyncPeriod !== d.iptables.minSyncPeriod
+      ? config.iptables.minSyncPeriod
+      : config.nftables.minSyncPeriod,
+    syncPeriodMs: config.iptables.syncPeriod !== d.iptables.syncPeriod
+      ? config.iptables.syncPeriod
+      : config.nftables.syncPeriod,
+  };
+}
+
 /** A fresh nftables mode. `runnerFactory` makes the writer (the simple `nft -f -` one by default). */
 export function createNftablesBackend(
   runnerFactory: () => NftRunner = () => createNftRunner(),
 ): ProxyBackend {
   let runner: NftRunner | null = null;
   return {
-    syncPeriods: (config) => ({
-      minSyncPeriodMs: config.nftables.minSyncPeriod,
-      syncPeriodMs: config.nftables.syncPeriod,
-    }),
+    syncPeriods: (config) => nftablesSyncPeriods(config),
 
     async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
       if (dryRun) {
@@ -78,7 +96,8 @@ export function createNftablesBackend(
           host,
           log,
           metrics: ctx.metrics,
-          masqueradeAll: config.nftables.masqueradeAll,
+          // Upstream's --masquerade-all sets the mode-neutral value; here it lands in iptables.masqueradeAll.
+          masqueradeAll: config.nftables.masqueradeAll || config.iptables.masqueradeAll,
           masqueradeBit: config.nftables.masqueradeBit,
           nodePortAddresses: newNodePortAddresses(family, config.nodePortAddresses ?? []),
           preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
