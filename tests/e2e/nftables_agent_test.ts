@@ -136,6 +136,13 @@ describe("edgeproxy agent e2e: --proxy-mode nftables", { skip: skip || undefined
     });
   });
 
+  it("drift checks of an untouched table find nothing (no resync in 2.5 × syncPeriod)", async () => {
+    const from = c.agent!.logs().length;
+    await new Promise((r) => setTimeout(r, 2.5 * SYNC_PERIOD_S * 1000));
+    const log = c.agent!.logs().slice(from);
+    assert.doesNotMatch(log, /full resync|drift check .* failed/, log);
+  });
+
   it("drift: a deleted table, a flushed services chain and `nft flush ruleset` are repaired", async () => {
     await nft(["delete", "table", "ip", "kube-proxy"]);
     const t1 = await repaired("deleted table");
@@ -147,6 +154,11 @@ describe("edgeproxy agent e2e: --proxy-mode nftables", { skip: skip || undefined
     await nft(["flush", "ruleset"]);
     const t4 = await repaired("nft flush ruleset");
     console.log(`drift repaired after ${t1} / ${t2} / ${t3} / ${t4} ms (syncPeriod ${SYNC_PERIOD_S} s)`);
+    assert.match(
+      c.agent!.logs(),
+      /full resync of IPv4 rules: rules changed outside edgeproxy: table ip kube-proxy is gone/,
+    );
+    assert.match(c.agent!.logs(), /rules changed outside edgeproxy: chain services has 0 rules, expected 2/);
     assert.doesNotMatch(c.agent!.logs(), /sync failed/);
   });
 

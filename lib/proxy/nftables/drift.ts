@@ -1,8 +1,8 @@
 /**
  * Drift detection for the nftables mode, pure part. A cheap fingerprint of table `kube-proxy` instead of
- * listing it (which at 10k Services means tens of MB): the rule count of every fixed chain the last full
- * sync wrote (base chains, `services`, the checks, masquerading), plus one element of each dispatch map
- * that should hold any, rotating through their keys. A deleted table, `nft flush ruleset`, a flushed
+ * listing it (which at 10k Services means tens of MB): the rule count of the `services` chain and of one
+ * other fixed chain the last full sync wrote (base chains, the checks, masquerading; rotating), plus one
+ * element of each dispatch map that should hold any, rotating through their keys. A deleted table, `nft flush ruleset`, a flushed
  * `services` chain or a flushed map all change it.
  */
 import type { NftFamily } from "./render/transaction.ts";
@@ -12,6 +12,7 @@ import {
   KUBE_PROXY_TABLE,
   SERVICE_IPS_MAP,
   SERVICE_NODEPORTS_MAP,
+  SERVICES_CHAIN,
 } from "./render/names.ts";
 
 /** Rule counts per fixed (non per-service) chain. */
@@ -58,18 +59,36 @@ export function sampleElements(elements: NftElementState, cursor: number): { map
   return out;
 }
 
-/** The read-only commands of one drift check (for `nft -a -f -`). */
-export function driftCommands(
+/** One drift check's reads: the fixed chains it looks at and the `nft -a -f -` batches to run. */
+export interface DriftReads {
+  readonly chains: readonly string[];
+  /** Run each as its own nft process (they may run in parallel). */
+  readonly batches: readonly string[];
+}
+
+/**
+ * The reads of the `cursor`-th drift check: `services` every time, one other fixed chain in rotation, and
+ * the sampled element lookups. One `list chain` per nft process: nft 1.0.6 fails a batch holding two
+ * (`No such file or directory` on the first), and in one batch with lookups it reads the table twice.
+ */
+export function driftReads(
   family: NftFamily,
   expected: FixedChainRules,
   samples: readonly { map: string; key: string }[],
-): string {
-  const lines: string[] = [];
-  for (const chain of [...expected.keys()].sort()) {
-    lines.push(`list chain ${family} ${KUBE_PROXY_TABLE} ${chain}`);
+  cursor: number,
+): DriftReads {
+  const others = [...expected.keys()].filter((c) => c !== SERVICES_CHAIN).sort();
+  const chains = [
+    ...(expected.has(SERVICES_CHAIN) ? [SERVICES_CHAIN] : []),
+    ...(others.length > 0 ? [others[cursor % others.length]] : []),
+  ];
+  const batches = chains.map((c) => `list chain ${family} ${KUBE_PROXY_TABLE} ${c}\n`);
+  if (samples.length > 0) {
+    batches.push(
+      samples.map((s) => `get element ${family} ${KUBE_PROXY_TABLE} ${s.map} { ${s.key} }\n`).join(""),
+    );
   }
-  for (const s of samples) lines.push(`get element ${family} ${KUBE_PROXY_TABLE} ${s.map} { ${s.key} }`);
-  return lines.join("\n") + "\n";
+  return { chains, batches };
 }
 
 /**

@@ -49,6 +49,16 @@ const MODES: readonly ProxyMode[] = [
       ...(c.localhostNodePorts === false ? ["--iptables-localhost-nodeports=false"] : []),
     ],
   },
+  {
+    name: "nftables",
+    configArgs: (c) => [
+      ...(c.masqueradeAll ? ["--masquerade-all=true"] : []),
+      ...(c.localDetector === "none" ? ["--cluster-cidr="] : []),
+      ...(c.nodePortAddresses?.length
+        ? [`--nodeport-addresses=${c.nodePortAddresses.map(mapCIDR).join(",")}`]
+        : []),
+    ],
+  },
 ];
 
 /** "" when the binary accepts --proxy-mode=<mode>, else its complaint. */
