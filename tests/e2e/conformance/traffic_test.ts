@@ -28,12 +28,15 @@ import { httpGetIn } from "../../support/e2e_http.ts";
 import { pollUntil } from "../../support/e2e_poll.ts";
 import { type E2eFlowHosts, mapCIDR, runE2eTable, SyncBarrier } from "../../support/e2e_flows.ts";
 import { FLOW_TABLES, type FlowConfig } from "../../support/flows/index.ts";
+import type { Flow } from "../../support/flows/types.ts";
 
 /** A proxy mode under test. */
 interface ProxyMode {
   readonly name: string;
   /** The agent flags for a table's settings (the topology's cluster CIDR is already set). */
   readonly configArgs: (config: FlowConfig) => string[];
+  /** Why the mode does not run a flow (what it cannot express), or null. */
+  readonly skipFlow?: (f: Flow) => string | null;
 }
 
 const MODES: readonly ProxyMode[] = [
@@ -58,6 +61,11 @@ const MODES: readonly ProxyMode[] = [
         ? [`--nodeport-addresses=${c.nodePortAddresses.map(mapCIDR).join(",")}`]
         : []),
     ],
+    // Upstream's nftables mode does not support NodePorts on localhost (no route_localnet).
+    skipFlow: (f) =>
+      f.from.kind === "localhost" || f.to.ip.startsWith("127.")
+        ? "localhost NodePorts: not supported in nftables mode (as upstream)"
+        : null,
   },
 ];
 
@@ -119,7 +127,7 @@ for (const mode of MODES) {
     for (const table of FLOW_TABLES) {
       it(`${table.group}: ${table.name}`, { timeout: 120_000 }, async () => {
         await agentFor(table.config ?? {});
-        const r = await runE2eTable(table, hosts, barrier);
+        const r = await runE2eTable(table, hosts, barrier, mode.skipFlow);
         for (const s of r.skipped) console.log(`  skipped: ${s}`);
         assert.deepEqual(r.failures, [], `${r.failures.length} of ${r.ran} flows failed`);
       });
