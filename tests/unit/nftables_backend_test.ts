@@ -222,4 +222,31 @@ describe("NftablesBackend", () => {
     assert.match(text, /# EOF\n$/);
     assert.equal(await backend.checkDrift(), null);
   });
+
+  it("nftables mode registers upstream's nftables families instead of the iptables-only ones", () => {
+    const registry = new Registry();
+    const m = createKubeProxyMetrics(registry, { mode: "nftables" });
+    const names = registry.names();
+    for (
+      const n of [
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+      ]
+    ) assert.ok(names.includes(n), n);
+    for (
+      const n of [
+        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+        "kubeproxy_sync_proxy_rules_iptables_total",
+        "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+      ]
+    ) assert.ok(!names.includes(n), n);
+    m.iptablesRestoreFailuresTotal.inc({ ip_family: "IPv4" }); // still writable, never served
+    assert.doesNotMatch(registry.metrics(), /iptables_restore/);
+    const iptables = new Registry();
+    createKubeProxyMetrics(iptables);
+    assert.ok(!iptables.names().includes("kubeproxy_sync_proxy_rules_nftables_sync_failures_total"));
+  });
 });

@@ -63,7 +63,7 @@ const MODES: readonly ProxyMode[] = [
     ],
     // Upstream's nftables mode does not support NodePorts on localhost (no route_localnet).
     skipFlow: (f) =>
-      f.from.kind === "localhost" || f.to.ip.startsWith("127.")
+      (f.from.kind === "localhost" || f.to.ip.startsWith("127.")) && "dnat" in f.expect
         ? "localhost NodePorts: not supported in nftables mode (as upstream)"
         : null,
   },
