@@ -21,7 +21,9 @@ import {
 import { e2eEndpointSlice, e2eService } from "../support/e2e_objects.ts";
 import { httpGetIn } from "../support/e2e_http.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
-import { runAgentOnce } from "../support/e2e_agent.ts";
+import { agentBinaryMissingReason, EDGEPROXY_BINARY, runAgentOnce } from "../support/e2e_agent.ts";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import type { EchoResult } from "../support/echo_server.ts";
 import type { Netns } from "../support/netns.ts";
 
@@ -214,3 +216,26 @@ describe("edgeproxy agent e2e: --proxy-mode nftables", { skip: skip || undefined
     assert.doesNotMatch(await c.iptablesSave("nat"), /KUBE-/);
   });
 });
+
+describe(
+  "edgeproxy --dry-run --proxy-mode nftables",
+  { skip: agentBinaryMissingReason() || undefined },
+  () => {
+    it("prints the nft transaction and touches nothing", () => {
+      const site = fileURLToPath(new URL("../../examples/edge-site", import.meta.url));
+      const r = spawnSync(
+        EDGEPROXY_BINARY,
+        ["--dry-run", "--proxy-mode", "nftables", "--manifests", site, "--hostname-override", "edge-1"],
+        { encoding: "utf8", timeout: 30_000 },
+      );
+      assert.equal(r.status, 0, r.stderr);
+      assert.match(
+        r.stdout,
+        /^# nft -f - <<EOF \(IPv4\)\nadd table ip kube-proxy \{ comment "rules for kube-proxy" ; \}\n/,
+      );
+      assert.match(r.stdout, /^add element ip kube-proxy service-ips \{ \S+ \. tcp \. \d+ : goto service-/m);
+      assert.match(r.stdout, /# EOF\n$/);
+      assert.doesNotMatch(r.stdout, /iptables-restore/);
+    });
+  },
+);
