@@ -66,10 +66,13 @@ export function parseListedNames(output: string, kind: "chain" | "set", family: 
   return out;
 }
 
-/** The `nft` binary through runInProcessGroup, one process per call. */
-export function createNftRunner(nft = "nft"): NftRunner {
+/**
+ * The `nft` binary through runInProcessGroup, one process per call. `command` is how nft is invoked
+ * (default `nft`; e.g. `ip netns exec <ns> nft` in tests).
+ */
+export function createNftRunner(command: readonly string[] = ["nft"]): NftRunner {
   const exec = async (args: string[], what: string, stdin: string | readonly string[] | null) => {
-    const r = await runInProcessGroup([nft, ...args], { stdin, timeoutMs: NFT_TIMEOUT_MS });
+    const r = await runInProcessGroup([...command, ...args], { stdin, timeoutMs: NFT_TIMEOUT_MS });
     if (r.code !== 0) throw new NftError(what, r);
     return r.stdout.toString("utf8");
   };
