@@ -1,16 +1,19 @@
 /**
  * The nftables drift fingerprint and version check, pure parts (lib/proxy/nftables/drift.ts, version.ts):
- * fixed-chain rule counts from a full sync's transaction, the reads of one check (one `list chain` per nft
- * process: nft 1.0.6 fails a batch of two), rule counts parsed from `nft -a` output, and `nft --version`.
+ * fixed-chain rule counts from a full sync's transaction, the reads of one check (one command per nft
+ * process: nft 1.0.6 fails a batch of two `list chain`s), rule and element counts parsed from nft's
+ * output, and `nft --version`.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
+  compareMapSizes,
   compareRuleCounts,
   driftReads,
   fixedChainRules,
+  mapSizes,
   parseChainRuleCounts,
-  sampleElements,
+  parseMapSizes,
 } from "../../lib/proxy/nftables/drift.ts";
 import { nftVersionProblem, parseNftVersion } from "../../lib/proxy/nftables/version.ts";
 import { renderNFTablesFullSync } from "../../lib/proxy/nftables/render/render.ts";
@@ -34,16 +37,39 @@ describe("nftables drift fingerprint", () => {
     assert.ok(![...counts.keys()].some((c) => c.includes("/")), [...counts.keys()].join(" "));
   });
 
-  it("reads services and one rotating fixed chain, each in its own batch, plus the sampled elements", () => {
+  it("reads the services chain and the dispatch maps, one command per nft process", () => {
     const expected = fixedChainRules(full.transaction);
-    const samples = sampleElements(full.state.elements, 0);
-    assert.deepEqual(samples, [{ map: "service-ips", key: "172.30.0.41 . tcp . 80" }]);
-    const a = driftReads("ip", expected, samples, 0);
-    const b = driftReads("ip", expected, samples, 1);
-    assert.equal(a.chains[0], "services");
-    assert.notEqual(a.chains[1], b.chains[1]);
-    for (const batch of a.batches) assert.ok((batch.match(/^list chain/gm) ?? []).length <= 1, batch);
-    assert.equal(a.batches.at(-1), "get element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 }\n");
+    assert.deepEqual([...mapSizes(full.state.elements)], [["service-ips", 1], ["service-nodeports", 0]]);
+    const reads = driftReads("ip", expected);
+    assert.deepEqual(reads.chains, ["services"]);
+    assert.deepEqual(reads.batches, [
+      "list chain ip kube-proxy services\n",
+      "list map ip kube-proxy service-ips\n",
+      "list map ip kube-proxy service-nodeports\n",
+    ]);
+  });
+
+  it("counts map elements in nft list map output", () => {
+    const out = [
+      "table ip kube-proxy {",
+      "\tmap service-ips {",
+      "\t\ttype ipv4_addr . inet_proto . inet_service : verdict",
+      '\t\tcomment "ClusterIP, ExternalIP and LoadBalancer IP traffic"',
+      "\t\telements = { 172.30.0.0 . tcp . 80 : goto service-A-ns/a/tcp/p80,",
+      "\t\t\t     172.30.0.1 . tcp . 80 : goto service-B-ns/b/tcp/p80 }",
+      "\t}",
+      "}",
+      "table ip kube-proxy {",
+      "\tmap service-nodeports {",
+      "\t\ttype inet_proto . inet_service : verdict",
+      "\t}",
+      "}",
+    ].join("\n");
+    const sizes = parseMapSizes(out);
+    assert.deepEqual([...sizes], [["service-ips", 2], ["service-nodeports", 0]]);
+    assert.deepEqual(compareMapSizes(new Map([["service-ips", 2], ["service-nodeports", 1]]), sizes), [
+      "map service-nodeports has 0 elements, expected 1",
+    ]);
   });
 
   it("parses rule counts from nft -a output and names the differences", () => {

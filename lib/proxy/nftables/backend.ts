@@ -23,7 +23,7 @@ import {
 } from "./render/render.ts";
 import { isAffinitySetName, KUBE_PROXY_TABLE } from "./render/names.ts";
 import type { NftTableObjects } from "./runner.ts";
-import { fixedChainRules, sampleElements } from "./drift.ts";
+import { fixedChainRules, mapSizes } from "./drift.ts";
 import type { NftElementState } from "./render/elements.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
@@ -37,11 +37,12 @@ export interface NftablesHost {
   listObjects(): Promise<NftTableObjects | null>;
   /**
    * Compares the table with the fingerprint of what was programmed: rule counts of the fixed chains
-   * and sampled map elements. Returns a reason when they differ, else null.
+   * (`expected`; a host may check a subset) and element counts of the dispatch maps (`maps`). Returns
+   * a reason when they differ, else null.
    */
   checkDrift(
     expected: ReadonlyMap<string, number>,
-    samples: readonly { map: string; key: string }[],
+    maps: ReadonlyMap<string, number>,
   ): Promise<string | null>;
 }
 
@@ -100,7 +101,6 @@ export class NftablesBackend implements Provider {
   /** Drift fingerprint: rule counts of the fixed chains written by the last full sync. */
   #fixedRules: ReadonlyMap<string, number> = new Map();
   #elements: NftElementState = new Map();
-  #driftCursor = 0;
 
   constructor(o: NftablesBackendOptions) {
     this.#o = o;
@@ -183,7 +183,7 @@ export class NftablesBackend implements Provider {
   /** @inheritdoc */
   checkDrift(): Promise<string | null> {
     if (this.#state === null) return Promise.resolve(null);
-    return this.#o.host.checkDrift(this.#fixedRules, sampleElements(this.#elements, this.#driftCursor++));
+    return this.#o.host.checkDrift(this.#fixedRules, mapSizes(this.#elements));
   }
 
   /** Upstream: at the start of a sync, delete chains flushed more than a second ago (separately). */
