@@ -1,601 +1,180 @@
 /**
- * Packet-flow tests: upstream proxier_test.go flow tables replayed through renderIptablesRules, the fake
- * kernel and the packet tracer (research §1.9 truth table, §2.3 scenarios).
+ * Packet-flow tests of the iptables backend: every backend-neutral table of tests/support/flows (upstream
+ * proxier_test.go's flow tables and the scenarios S1-S18) is rendered by renderIptablesRules into the fake
+ * kernel and each packet is followed by the tracer (tests/support/tracer.ts); plus the iptables-only
+ * checks (KUBE-FIREWALL, the nodeports tail rule, nfacct, the no-local-endpoints counts).
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
-import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../lib/proxy/types.ts";
+import { newDetectLocalByCIDR, newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
 import {
   checkPacketFlows,
-  type EndpointFixture,
   FakeProxier,
   type FakeProxierOptions,
   makeEndpoint,
   makeServicePort,
   type PacketFlow,
-  TEST_EXTERNAL_CLIENT,
-  TEST_EXTERNAL_CLIENT_BLOCKED,
-  TEST_NODE_IP,
-  TEST_NODE_IP_ALT,
   TEST_NODE_IPS,
-  TEST_NODE_IPV6,
-  TEST_NODE_IPV6_ALT,
   TEST_NODE_NAME,
 } from "../support/tracer.ts";
+import {
+  CLUSTER_CIDR,
+  type Flow,
+  FLOW_TABLES,
+  type FlowEndpoint,
+  type FlowService,
+  flowServiceKey,
+  type FlowTable,
+} from "../support/flows/index.ts";
+import type { ServicePortInfo } from "../../lib/proxy/types.ts";
 
-function syncOk(p: FakeProxier): void {
+/** Syncs; the sync must apply, and (unless `warnings` is false) warn about nothing. */
+function syncOk(p: FakeProxier, warnings = true): void {
   const s = p.sync();
   assert.equal(s.error, null);
-  assert.deepEqual(s.result.warnings, []);
+  if (warnings) assert.deepEqual(s.result.warnings, []);
 }
 
-function assertFlows(p: FakeProxier, flows: readonly PacketFlow[]): void {
-  assert.deepEqual(checkPacketFlows(p.ipt, TEST_NODE_IPS, flows), []);
+const S18 = "TestNodePorts (S18): --nodeport-addresses and --iptables-localhost-nodeports";
+
+/** A flow as the tracer states it: the DNAT targets in rule order (sorted), or the verdict's target. */
+function toPacketFlow(f: Flow): PacketFlow {
+  const e = f.expect;
+  const verdicts = { reject: "REJECT", drop: "DROP", accept: "ACCEPT", none: "" } as const;
+  return {
+    name: f.name,
+    sourceIP: f.from.ip,
+    destIP: f.to.ip,
+    destPort: f.to.port,
+    ...(f.to.protocol !== undefined ? { protocol: f.to.protocol.toLowerCase() } : {}),
+    output: "dnat" in e ? e.dnat.join(", ") : verdicts[e.verdict],
+    masq: "dnat" in e && e.source === "masqueraded",
+  };
 }
 
-function eps(list: ReadonlyArray<[string, EndpointFixture?]>, port = 80): EndpointInfo[] {
-  return list.map(([ip, f]) => makeEndpoint(ip, port, f ?? {}));
+function assertFlows(p: FakeProxier, flows: readonly Flow[]): void {
+  assert.deepEqual(checkPacketFlows(p.ipt, TEST_NODE_IPS, flows.map(toPacketFlow)), []);
 }
 
-describe("TestInternalExternalMasquerade (§1.9 truth table)", () => {
-  const setup = (p: FakeProxier) => {
-    const svc1 = makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.41",
-      nodePort: 3001,
-      loadBalancerVIPs: ["1.2.3.4"],
-    });
-    const svc2 = makeServicePort("ns2", "svc2", {
-      clusterIP: "172.30.0.42",
-      nodePort: 3002,
-      healthCheckNodePort: 30002,
-      externalPolicyLocal: true,
-      loadBalancerVIPs: ["5.6.7.8"],
-    });
-    const svc3 = makeServicePort("ns3", "svc3", {
-      clusterIP: "172.30.0.43",
-      nodePort: 3003,
-      internalPolicyLocal: true,
-      loadBalancerVIPs: ["9.10.11.12"],
-    });
-    p.setService(svc1).setService(svc2).setService(svc3);
-    p.setEndpoints(
-      svc1,
-      eps([["10.180.0.1", { nodeName: TEST_NODE_NAME }], ["10.180.1.1", { nodeName: "remote" }]]),
-    );
-    p.setEndpoints(
-      svc2,
-      eps([["10.180.0.2", { nodeName: TEST_NODE_NAME }], ["10.180.1.2", { nodeName: "remote" }]]),
-    );
-    p.setEndpoints(
-      svc3,
-      eps([["10.180.0.3", { nodeName: TEST_NODE_NAME }], ["10.180.1.3", { nodeName: "remote" }]]),
-    );
-    syncOk(p);
+function proxierOptions(table: FlowTable): FakeProxierOptions {
+  const c = table.config ?? {};
+  const family = c.family ?? "IPv4";
+  const o: FakeProxierOptions = {
+    family,
+    masqueradeAll: c.masqueradeAll ?? false,
+    localDetector: c.localDetector === "none"
+      ? newNoOpLocalDetector()
+      : newDetectLocalByCIDR(CLUSTER_CIDR[family]),
   };
-  const both1 = "10.180.0.1:80, 10.180.1.1:80";
-  const both2 = "10.180.0.2:80, 10.180.1.2:80";
-  const both3 = "10.180.0.3:80, 10.180.1.3:80";
-  const X = TEST_EXTERNAL_CLIENT;
-  const N = TEST_NODE_IP;
-  const flows: PacketFlow[] = [
-    {
-      name: "pod to ClusterIP",
-      sourceIP: "10.0.0.2",
-      destIP: "172.30.0.41",
-      destPort: 80,
-      output: both1,
-      masq: false,
-    },
-    { name: "pod to NodePort", sourceIP: "10.0.0.2", destIP: N, destPort: 3001, output: both1, masq: true },
-    { name: "pod to LB", sourceIP: "10.0.0.2", destIP: "1.2.3.4", destPort: 80, output: both1, masq: true },
-    {
-      name: "node to ClusterIP",
-      sourceIP: N,
-      destIP: "172.30.0.41",
-      destPort: 80,
-      output: both1,
-      masq: true,
-    },
-    { name: "node to NodePort", sourceIP: N, destIP: N, destPort: 3001, output: both1, masq: true },
-    {
-      name: "localhost to NodePort",
-      sourceIP: "127.0.0.1",
-      destIP: "127.0.0.1",
-      destPort: 3001,
-      output: both1,
-      masq: true,
-    },
-    { name: "node to LB", sourceIP: N, destIP: "1.2.3.4", destPort: 80, output: both1, masq: true },
-    {
-      name: "external to ClusterIP",
-      sourceIP: X,
-      destIP: "172.30.0.41",
-      destPort: 80,
-      output: both1,
-      masq: true,
-    },
-    { name: "external to NodePort", sourceIP: X, destIP: N, destPort: 3001, output: both1, masq: true },
-    { name: "external to LB", sourceIP: X, destIP: "1.2.3.4", destPort: 80, output: both1, masq: true },
-    {
-      name: "pod to ClusterIP with eTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: "172.30.0.42",
-      destPort: 80,
-      output: both2,
-    },
-    {
-      name: "pod to NodePort with eTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: N,
-      destPort: 3002,
-      output: both2,
-    },
-    {
-      name: "pod to LB with eTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: "5.6.7.8",
-      destPort: 80,
-      output: both2,
-    },
-    {
-      name: "node to ClusterIP with eTP:Local",
-      sourceIP: N,
-      destIP: "172.30.0.42",
-      destPort: 80,
-      output: both2,
-      masq: true,
-    },
-    // (upstream's case uses port 3001, i.e. svc1)
-    {
-      name: "node to NodePort with eTP:Local",
-      sourceIP: N,
-      destIP: N,
-      destPort: 3001,
-      output: both1,
-      masq: true,
-    },
-    {
-      name: "localhost to NodePort with eTP:Local",
-      sourceIP: "127.0.0.1",
-      destIP: "127.0.0.1",
-      destPort: 3002,
-      output: both2,
-      masq: true,
-    },
-    {
-      name: "node to LB with eTP:Local",
-      sourceIP: N,
-      destIP: "5.6.7.8",
-      destPort: 80,
-      output: both2,
-      masq: true,
-    },
-    {
-      name: "external to ClusterIP with eTP:Local",
-      sourceIP: X,
-      destIP: "172.30.0.42",
-      destPort: 80,
-      output: both2,
-      masq: true,
-    },
-    {
-      name: "external to NodePort with eTP:Local",
-      sourceIP: X,
-      destIP: N,
-      destPort: 3002,
-      output: "10.180.0.2:80",
-    },
-    {
-      name: "external to LB with eTP:Local",
-      sourceIP: X,
-      destIP: "5.6.7.8",
-      destPort: 80,
-      output: "10.180.0.2:80",
-    },
-    {
-      name: "pod to ClusterIP with iTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: "172.30.0.43",
-      destPort: 80,
-      output: "10.180.0.3:80",
-    },
-    {
-      name: "pod to NodePort with iTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: N,
-      destPort: 3003,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "pod to LB with iTP:Local",
-      sourceIP: "10.0.0.2",
-      destIP: "9.10.11.12",
-      destPort: 80,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "node to ClusterIP with iTP:Local",
-      sourceIP: N,
-      destIP: "172.30.0.43",
-      destPort: 80,
-      output: "10.180.0.3:80",
-      masq: true,
-    },
-    {
-      name: "node to NodePort with iTP:Local",
-      sourceIP: N,
-      destIP: N,
-      destPort: 3003,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "localhost to NodePort with iTP:Local",
-      sourceIP: "127.0.0.1",
-      destIP: "127.0.0.1",
-      destPort: 3003,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "node to LB with iTP:Local",
-      sourceIP: N,
-      destIP: "9.10.11.12",
-      destPort: 80,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "external to ClusterIP with iTP:Local",
-      sourceIP: X,
-      destIP: "172.30.0.43",
-      destPort: 80,
-      output: "10.180.0.3:80",
-      masq: true,
-    },
-    {
-      name: "external to NodePort with iTP:Local",
-      sourceIP: X,
-      destIP: N,
-      destPort: 3003,
-      output: both3,
-      masq: true,
-    },
-    {
-      name: "external to LB with iTP:Local",
-      sourceIP: X,
-      destIP: "9.10.11.12",
-      destPort: 80,
-      output: both3,
-      masq: true,
-    },
-  ];
-  type Override = { output?: string; masq?: boolean };
-  const noDetector: Record<string, Override> = {
-    // Without a detector all ClusterIP traffic counts as pod traffic: no masquerade...
-    "node to ClusterIP": { masq: false },
-    "node to ClusterIP with eTP:Local": { masq: false },
-    "node to ClusterIP with iTP:Local": { masq: false },
-    "external to ClusterIP": { masq: false },
-    "external to ClusterIP with eTP:Local": { masq: false },
-    "external to ClusterIP with iTP:Local": { masq: false },
-    // ...and there is no eTP=Local short-circuit, so pods get only the local endpoints.
-    "pod to NodePort with eTP:Local": { output: "10.180.0.2:80" },
-    "pod to LB with eTP:Local": { output: "10.180.0.2:80" },
+  return {
+    ...o,
+    ...(c.nodePortAddresses !== undefined ? { nodePortAddresses: c.nodePortAddresses } : {}),
+    ...(c.localhostNodePorts !== undefined ? { localhostNodePorts: c.localhostNodePorts } : {}),
   };
-  const masqueradeAll: Record<string, Override> = {
-    "pod to ClusterIP": { masq: true },
-    "pod to ClusterIP with eTP:Local": { masq: true },
-    "pod to ClusterIP with iTP:Local": { masq: true },
-  };
-  const cases: Array<[string, FakeProxierOptions, Record<string, Override>]> = [
-    ["base", {}, {}],
-    ["no LocalTrafficDetector", { localDetector: newNoOpLocalDetector() }, noDetector],
-    ["masqueradeAll", { masqueradeAll: true }, masqueradeAll],
-    [
-      "masqueradeAll, no LocalTrafficDetector",
-      { masqueradeAll: true, localDetector: newNoOpLocalDetector() },
-      {
-        ...masqueradeAll,
-        "pod to NodePort with eTP:Local": noDetector["pod to NodePort with eTP:Local"],
-        "pod to LB with eTP:Local": noDetector["pod to LB with eTP:Local"],
-      },
-    ],
-  ];
-  for (const [name, options, overrides] of cases) {
-    it(name, () => {
-      const p = new FakeProxier(options);
-      setup(p);
-      let applied = 0;
-      const merged = flows.map((f) => {
-        const o = overrides[f.name];
-        if (o === undefined) return f;
-        applied++;
-        // An override must change something, or the case would not test anything.
-        assert.ok(
-          (o.output !== undefined && o.output !== f.output) ||
-            (o.masq !== undefined && o.masq !== (f.masq ?? false)),
-          f.name,
-        );
-        return { ...f, ...o };
-      });
-      assert.equal(applied, Object.keys(overrides).length);
-      assertFlows(p, merged);
-    });
+}
+
+/** The service ports of a table's Service (one per FlowServicePort). */
+function servicePorts(svc: FlowService): Array<[ServicePortInfo, number]> {
+  return svc.ports.map((port) => [
+    makeServicePort(svc.namespace, svc.name, {
+      port: port.name ?? "p80",
+      protocol: port.protocol ?? "TCP",
+      clusterIP: svc.clusterIP,
+      portNumber: port.port,
+      nodePort: port.nodePort ?? 0,
+      externalIPs: svc.externalIPs ?? [],
+      loadBalancerVIPs: svc.loadBalancerIPs ?? [],
+      loadBalancerSourceRanges: svc.loadBalancerSourceRanges ?? [],
+      stickyMaxAgeSeconds: svc.sessionAffinitySeconds ?? 0,
+      externalPolicyLocal: svc.externalTrafficPolicy === "Local",
+      internalPolicyLocal: svc.internalTrafficPolicy === "Local",
+      healthCheckNodePort: svc.healthCheckNodePort ?? 0,
+    }),
+    port.targetPort ?? port.port,
+  ]);
+}
+
+function setEndpoints(p: FakeProxier, svc: FlowService, eps: readonly FlowEndpoint[]): void {
+  for (const [sp, targetPort] of servicePorts(svc)) {
+    p.setEndpoints(
+      sp,
+      eps.map((e) =>
+        makeEndpoint(e.ip, targetPort, {
+          nodeName: e.node,
+          ready: e.ready,
+          serving: e.serving,
+          terminating: e.terminating,
+        })
+      ),
+    );
   }
-});
+}
 
-describe("TestLoadBalancer (S11)", () => {
-  it("source ranges allow listed clients, the node and LB-IP hairpin; NodePort bypasses them", () => {
-    const p = new FakeProxier();
-    const svc = makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.41",
-      nodePort: 3001,
-      loadBalancerVIPs: ["1.2.3.4", "5.6.7.8"],
-      loadBalancerSourceRanges: ["192.168.0.0/24", "203.0.113.0/25"],
-    });
-    p.setService(svc).setEndpoints(svc, eps([["10.180.0.1"]]));
-    syncOk(p);
-    const ep = "10.180.0.1:80";
-    assertFlows(p, [
-      { name: "pod to cluster IP", sourceIP: "10.0.0.2", destIP: "172.30.0.41", destPort: 80, output: ep },
-      {
-        name: "external to nodePort",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "nodePort bypasses LoadBalancerSourceRanges",
-        sourceIP: TEST_EXTERNAL_CLIENT_BLOCKED,
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "accepted external to LB1",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "accepted external to LB2",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: "5.6.7.8",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "blocked external to LB1",
-        sourceIP: TEST_EXTERNAL_CLIENT_BLOCKED,
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: "DROP",
-      },
-      {
-        name: "blocked external to LB2",
-        sourceIP: TEST_EXTERNAL_CLIENT_BLOCKED,
-        destIP: "5.6.7.8",
-        destPort: 80,
-        output: "DROP",
-      },
-      { name: "pod to LB1 (blocked)", sourceIP: "10.0.0.2", destIP: "1.2.3.4", destPort: 80, output: "DROP" },
-      { name: "pod to LB2 (blocked)", sourceIP: "10.0.0.2", destIP: "5.6.7.8", destPort: 80, output: "DROP" },
-      {
-        name: "node to LB1 (allowed)",
-        sourceIP: TEST_NODE_IP,
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "node to LB2 (allowed)",
-        sourceIP: TEST_NODE_IP,
-        destIP: "5.6.7.8",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "same node to LB1, SNATted to LB1",
-        sourceIP: "1.2.3.4",
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-      {
-        name: "same node to LB2, SNATted to LB2",
-        sourceIP: "5.6.7.8",
-        destIP: "5.6.7.8",
-        destPort: 80,
-        output: ep,
-        masq: true,
-      },
-    ]);
-  });
-
-  it("no LB-IP source rule when no range contains the node IP", () => {
-    const p = new FakeProxier();
-    const svc = makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.41",
-      loadBalancerVIPs: ["1.2.3.4"],
-      loadBalancerSourceRanges: ["203.0.113.0/25"],
-    });
-    p.setService(svc).setEndpoints(svc, eps([["10.180.0.1"]]));
-    syncOk(p);
-    assertFlows(p, [
-      {
-        name: "node to LB (not allowed)",
-        sourceIP: TEST_NODE_IP,
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: "DROP",
-      },
-      {
-        name: "LB-IP source (not allowed)",
-        sourceIP: "1.2.3.4",
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: "DROP",
-      },
-    ]);
-  });
-});
-
-describe("TestNodePorts (S18): --nodeport-addresses and --iptables-localhost-nodeports", () => {
-  const cases: Array<{
-    name: string;
-    family: IPFamily;
-    localhostNodePorts: boolean;
-    nodePortAddresses: string[];
-    allowAltNodeIP: boolean;
-    expectFirewall: boolean;
-  }> = [
-    {
-      name: "ipv4, localhost-nodeports enabled",
-      family: "IPv4",
-      localhostNodePorts: true,
-      nodePortAddresses: [],
-      allowAltNodeIP: true,
-      expectFirewall: true,
-    },
-    {
-      name: "ipv4, localhost-nodeports disabled",
-      family: "IPv4",
-      localhostNodePorts: false,
-      nodePortAddresses: [],
-      allowAltNodeIP: true,
-      expectFirewall: false,
-    },
-    {
-      name: "ipv4, localhost-nodeports disabled, localhost in nodeport-addresses",
-      family: "IPv4",
-      localhostNodePorts: false,
-      nodePortAddresses: ["192.168.0.0/24", "127.0.0.1/32"],
-      allowAltNodeIP: false,
-      expectFirewall: false,
-    },
-    {
-      name: "ipv4, localhost-nodeports disabled, multiple nodeport-addresses",
-      family: "IPv4",
-      localhostNodePorts: false,
-      nodePortAddresses: ["192.168.0.0/24", "192.168.1.0/24", "2001:db8::/64"],
-      allowAltNodeIP: true,
-      expectFirewall: false,
-    },
-    {
-      name: "ipv6, localhost-nodeports enabled",
-      family: "IPv6",
-      localhostNodePorts: true,
-      nodePortAddresses: [],
-      allowAltNodeIP: true,
-      expectFirewall: false,
-    },
-    {
-      name: "ipv6, localhost-nodeports disabled",
-      family: "IPv6",
-      localhostNodePorts: false,
-      nodePortAddresses: [],
-      allowAltNodeIP: true,
-      expectFirewall: false,
-    },
-    {
-      name: "ipv6, localhost-nodeports disabled, multiple nodeport-addresses",
-      family: "IPv6",
-      localhostNodePorts: false,
-      nodePortAddresses: ["192.168.0.0/24", "192.168.1.0/24", "2001:db8::/64"],
-      allowAltNodeIP: false,
-      expectFirewall: false,
-    },
-  ];
-  for (const tc of cases) {
-    it(tc.name, () => {
-      const v4 = tc.family === "IPv4";
-      const svcIP = v4 ? "172.30.0.41" : "fd00:172:30::41";
-      const [ep1, ep2] = v4 ? ["10.180.0.1", "10.180.2.1"] : ["fd00:10:180::1", "fd00:10:180::2:1"];
-      const p = new FakeProxier({
-        family: tc.family,
-        localhostNodePorts: tc.localhostNodePorts,
-        nodePortAddresses: tc.nodePortAddresses,
-      });
-      const svc = makeServicePort("ns1", "svc1", { clusterIP: svcIP, nodePort: 3001 });
-      p.setService(svc).setEndpoints(svc, eps([[ep1], [ep2, { nodeName: TEST_NODE_NAME }]]));
-      const s = p.sync();
-      assert.equal(s.error, null);
-      const [podIP, externalIP, nodeIP, altNodeIP, localhost] = v4
-        ? ["10.0.0.2", TEST_EXTERNAL_CLIENT, TEST_NODE_IP, TEST_NODE_IP_ALT, "127.0.0.1"]
-        : ["fd00:10::2", "2600:5200::1", TEST_NODE_IPV6, TEST_NODE_IPV6_ALT, "::1"];
-      const join = (ip: string) => (v4 ? `${ip}:80` : `[${ip}]:80`);
-      const output = `${join(ep1)}, ${join(ep2)}`;
-      const flows: PacketFlow[] = [
-        { name: "pod to cluster IP", sourceIP: podIP, destIP: svcIP, destPort: 80, output },
-        {
-          name: "external to nodePort",
-          sourceIP: externalIP,
-          destIP: nodeIP,
-          destPort: 3001,
-          output,
-          masq: true,
-        },
-        { name: "node to nodePort", sourceIP: nodeIP, destIP: nodeIP, destPort: 3001, output, masq: true },
-        v4 && tc.localhostNodePorts
-          ? {
-            name: "localhost to nodePort gets masqueraded",
-            sourceIP: localhost,
-            destIP: localhost,
-            destPort: 3001,
-            output,
-            masq: true,
-          }
-          : {
-            name: "localhost to nodePort is ignored",
-            sourceIP: localhost,
-            destIP: localhost,
-            destPort: 3001,
-            output: "",
-          },
-        tc.allowAltNodeIP
-          ? {
-            name: "external to nodePort on secondary IP",
-            sourceIP: externalIP,
-            destIP: altNodeIP,
-            destPort: 3001,
-            output,
-            masq: true,
-          }
-          : {
-            name: "secondary nodeIP ignores NodePorts",
-            sourceIP: externalIP,
-            destIP: altNodeIP,
-            destPort: 3001,
-            output: "",
-          },
-      ];
-      assertFlows(p, flows);
-      const firewall = p.ipt.rules("filter", "KUBE-FIREWALL")?.map((r) => r.raw) ?? [];
-      assert.deepEqual(
-        firewall,
-        tc.expectFirewall
-          ? [
-            `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
-          ]
-          : [],
-      );
-      assert.equal(s.result.localhostNodePorts, tc.expectFirewall);
-    });
+/**
+ * Builds the table's cluster in a FakeProxier and syncs it. (The S18 tables configure odd
+ * --nodeport-addresses on purpose: their warnings are expected.)
+ */
+function loadTable(table: FlowTable): FakeProxier {
+  const p = new FakeProxier(proxierOptions(table));
+  for (const svc of table.services) {
+    for (const [sp] of servicePorts(svc)) p.setService(sp);
+    setEndpoints(p, svc, svc.endpoints);
   }
+  syncOk(p, table.group !== S18);
+  return p;
+}
 
+/** iptables-only expectations of some tables, checked after the first sync. */
+const EXTRA: Readonly<Record<string, (p: FakeProxier, table: FlowTable) => void>> = {
+  "TestInternalTrafficPolicy (S17)": (p, table) => {
+    const dropped = table.flows.some((f) => "verdict" in f.expect && f.expect.verdict === "drop");
+    assert.equal(p.lastSync!.result.noLocalEndpoints.internal, dropped ? 1 : 0);
+  },
+  [S18]: (p, table) => {
+    // KUBE-FIREWALL guards localhost NodePorts: only IPv4 with them enabled and no nodeport-addresses.
+    const expectFirewall = table.name === "ipv4, localhost-nodeports enabled";
+    const firewall = p.ipt.rules("filter", "KUBE-FIREWALL")?.map((r) => r.raw) ?? [];
+    assert.deepEqual(
+      firewall,
+      expectFirewall
+        ? [
+          `-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`,
+        ]
+        : [],
+    );
+    assert.equal(p.lastSync!.result.localhostNodePorts, expectFirewall);
+  },
+};
+
+/** Runs one table: load, check its flows, then each step. */
+function runTable(table: FlowTable): void {
+  const p = loadTable(table);
+  assertFlows(p, table.flows);
+  EXTRA[table.group]?.(p, table);
+  for (const step of table.then ?? []) {
+    for (const key of step.deleteServices ?? []) {
+      const [ns, name] = key.split("/");
+      p.deleteService(ns, name);
+    }
+    for (const [key, eps] of Object.entries(step.setEndpoints ?? {})) {
+      const svc = table.services.find((s) => flowServiceKey(s) === key);
+      if (svc === undefined) throw new Error(`${table.name}: step ${step.name}: no Service ${key}`);
+      setEndpoints(p, svc, eps);
+    }
+    syncOk(p);
+    assertFlows(p, step.flows);
+  }
+}
+
+const groups = new Map<string, FlowTable[]>();
+for (const t of FLOW_TABLES) groups.set(t.group, [...(groups.get(t.group) ?? []), t]);
+for (const [group, tables] of groups) {
+  describe(group, () => {
+    for (const t of tables) it(t.name, () => runTable(t));
+  });
+}
+
+describe("TestNodePorts (S18), iptables rules", () => {
   it("writes the exact nodeports tail rules per mode", () => {
     const tail = (options: FakeProxierOptions) => {
       const p = new FakeProxier(options);
@@ -630,7 +209,7 @@ describe("TestNodePorts (S18): --nodeport-addresses and --iptables-localhost-nod
     const payload = (options: FakeProxierOptions) => {
       const p = new FakeProxier(options);
       const svc = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41", nodePort: 3001 });
-      p.setService(svc).setEndpoints(svc, eps([["10.180.0.1"]]));
+      p.setService(svc).setEndpoints(svc, [makeEndpoint("10.180.0.1", 80)]);
       return p.sync().result.payload;
     };
     const nfacctRule =
@@ -641,418 +220,6 @@ describe("TestNodePorts (S18): --nodeport-addresses and --iptables-localhost-nod
     );
     assert.ok(!payload({ localhostNodePorts: false }).includes("localhost_nps_accepted_pkts"));
   });
-});
-
-describe("TestHealthCheckNodePort", () => {
-  it("accepts the health check node port, and stops once the service is gone", () => {
-    const p = new FakeProxier({ nodePortAddresses: ["127.0.0.0/8"] });
-    const svc = makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.42",
-      nodePort: 3001,
-      healthCheckNodePort: 30000,
-      externalPolicyLocal: true,
-    });
-    p.setService(svc);
-    syncOk(p);
-    const flow = {
-      name: "firewall accepts HealthCheckNodePort",
-      sourceIP: "1.2.3.4",
-      destIP: TEST_NODE_IP,
-      destPort: 30000,
-    };
-    assertFlows(p, [{ ...flow, output: "ACCEPT" }]);
-    p.deleteService("ns1", "svc1");
-    syncOk(p);
-    assertFlows(p, [{ ...flow, name: "HealthCheckNodePort no longer has any rule", output: "" }]);
-  });
-});
-
-describe("TestNoEndpointsReject (S8)", () => {
-  it("rejects ClusterIP, external IP, NodePort and LB IP traffic", () => {
-    const p = new FakeProxier();
-    p.setService(makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.41",
-      nodePort: 3001,
-      externalIPs: ["192.168.99.11"],
-      loadBalancerVIPs: ["1.2.3.4"],
-    }));
-    syncOk(p);
-    const r = { output: "REJECT" };
-    assertFlows(p, [
-      { name: "pod to cluster IP", sourceIP: "10.0.0.2", destIP: "172.30.0.41", destPort: 80, ...r },
-      {
-        name: "external to external IP",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: "192.168.99.11",
-        destPort: 80,
-        ...r,
-      },
-      { name: "pod to NodePort", sourceIP: "10.0.0.2", destIP: TEST_NODE_IP, destPort: 3001, ...r },
-      {
-        name: "external to NodePort",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        ...r,
-      },
-      { name: "pod to LoadBalancer IP", sourceIP: "10.0.0.2", destIP: "1.2.3.4", destPort: 80, ...r },
-      {
-        name: "external to LoadBalancer IP",
-        sourceIP: TEST_EXTERNAL_CLIENT,
-        destIP: "1.2.3.4",
-        destPort: 80,
-        ...r,
-      },
-    ]);
-  });
-});
-
-describe("TestClusterIPGeneral (S9, S10)", () => {
-  it("hairpin masquerade, target ports, protocols sharing a port", () => {
-    const p = new FakeProxier();
-    const svc1 = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41", port: "http" });
-    p.setService(svc1).setEndpoints(svc1, [makeEndpoint("10.180.0.1", 80, { nodeName: TEST_NODE_NAME })]);
-    const ports: Array<[string, "TCP" | "UDP" | "SCTP", number, number]> = [
-      ["http", "TCP", 80, 80],
-      ["https", "TCP", 443, 8443],
-      ["dns-udp", "UDP", 53, 53],
-      ["dns-tcp", "TCP", 53, 5353],
-      ["dns-sctp", "SCTP", 53, 53],
-    ];
-    for (const [name, protocol, port, target] of ports) {
-      const s = makeServicePort("ns2", "svc2", {
-        clusterIP: "172.30.0.42",
-        port: name,
-        protocol,
-        portNumber: port,
-      });
-      p.setService(s).setEndpoints(s, [
-        makeEndpoint("10.180.0.1", target, { nodeName: TEST_NODE_NAME }),
-        makeEndpoint("10.180.2.1", target, { nodeName: "node2" }),
-      ]);
-    }
-    syncOk(p);
-    const src = "10.180.0.2";
-    assertFlows(p, [
-      {
-        name: "simple clusterIP",
-        sourceIP: src,
-        destIP: "172.30.0.41",
-        destPort: 80,
-        output: "10.180.0.1:80",
-      },
-      {
-        name: "hairpin to cluster IP",
-        sourceIP: "10.180.0.1",
-        destIP: "172.30.0.41",
-        destPort: 80,
-        output: "10.180.0.1:80",
-        masq: true,
-      },
-      {
-        name: "multiple endpoints",
-        sourceIP: src,
-        destIP: "172.30.0.42",
-        destPort: 80,
-        output: "10.180.0.1:80, 10.180.2.1:80",
-      },
-      {
-        name: "TargetPort",
-        sourceIP: src,
-        destIP: "172.30.0.42",
-        destPort: 443,
-        output: "10.180.0.1:8443, 10.180.2.1:8443",
-      },
-      {
-        name: "same port (TCP)",
-        sourceIP: src,
-        destIP: "172.30.0.42",
-        destPort: 53,
-        output: "10.180.0.1:5353, 10.180.2.1:5353",
-      },
-      {
-        name: "same port (UDP)",
-        sourceIP: src,
-        protocol: "udp",
-        destIP: "172.30.0.42",
-        destPort: 53,
-        output: "10.180.0.1:53, 10.180.2.1:53",
-      },
-      {
-        name: "same port (SCTP)",
-        sourceIP: src,
-        protocol: "sctp",
-        destIP: "172.30.0.42",
-        destPort: 53,
-        output: "10.180.0.1:53, 10.180.2.1:53",
-      },
-      {
-        name: "TCP-only port does not match UDP",
-        sourceIP: src,
-        protocol: "udp",
-        destIP: "172.30.0.42",
-        destPort: 80,
-        output: "",
-      },
-      {
-        name: "svc1 does not accept svc2's ports",
-        sourceIP: src,
-        destIP: "172.30.0.41",
-        destPort: 443,
-        output: "",
-      },
-    ]);
-  });
-});
-
-describe("TestExternalTrafficPolicyLocal / Cluster", () => {
-  const build = (externalPolicyLocal: boolean) => {
-    const p = new FakeProxier();
-    const svc = makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.0.41",
-      nodePort: 3001,
-      externalIPs: ["192.168.99.11"],
-      loadBalancerVIPs: ["1.2.3.4"],
-      externalPolicyLocal,
-      healthCheckNodePort: externalPolicyLocal ? 30000 : 0,
-    });
-    p.setService(svc).setEndpoints(svc, eps([["10.180.0.1"], ["10.180.2.1", { nodeName: TEST_NODE_NAME }]]));
-    syncOk(p);
-    return p;
-  };
-  const both = "10.180.0.1:80, 10.180.2.1:80";
-  it("eTP=Local: external clients reach only the local endpoint, unmasqueraded; pods reach all", () => {
-    const X = TEST_EXTERNAL_CLIENT;
-    assertFlows(build(true), [
-      { name: "pod to cluster IP", sourceIP: "10.0.0.2", destIP: "172.30.0.41", destPort: 80, output: both },
-      {
-        name: "pod to external IP",
-        sourceIP: "10.0.0.2",
-        destIP: "192.168.99.11",
-        destPort: 80,
-        output: both,
-      },
-      {
-        name: "external to external IP",
-        sourceIP: X,
-        destIP: "192.168.99.11",
-        destPort: 80,
-        output: "10.180.2.1:80",
-      },
-      { name: "pod to LB IP", sourceIP: "10.0.0.2", destIP: "1.2.3.4", destPort: 80, output: both },
-      { name: "external to LB IP", sourceIP: X, destIP: "1.2.3.4", destPort: 80, output: "10.180.2.1:80" },
-      { name: "pod to NodePort", sourceIP: "10.0.0.2", destIP: TEST_NODE_IP, destPort: 3001, output: both },
-      {
-        name: "external to NodePort",
-        sourceIP: X,
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        output: "10.180.2.1:80",
-      },
-    ]);
-  });
-  it("eTP=Cluster: external destinations are masqueraded and reach all endpoints", () => {
-    const X = TEST_EXTERNAL_CLIENT;
-    assertFlows(build(false), [
-      { name: "pod to cluster IP", sourceIP: "10.0.0.2", destIP: "172.30.0.41", destPort: 80, output: both },
-      {
-        name: "pod to external IP",
-        sourceIP: "10.0.0.2",
-        destIP: "192.168.99.11",
-        destPort: 80,
-        output: both,
-        masq: true,
-      },
-      {
-        name: "external to external IP",
-        sourceIP: X,
-        destIP: "192.168.99.11",
-        destPort: 80,
-        output: both,
-        masq: true,
-      },
-      {
-        name: "pod to LB IP",
-        sourceIP: "10.0.0.2",
-        destIP: "1.2.3.4",
-        destPort: 80,
-        output: both,
-        masq: true,
-      },
-      { name: "external to LB IP", sourceIP: X, destIP: "1.2.3.4", destPort: 80, output: both, masq: true },
-      {
-        name: "pod to NodePort",
-        sourceIP: "10.0.0.2",
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        output: both,
-        masq: true,
-      },
-      {
-        name: "external to NodePort",
-        sourceIP: X,
-        destIP: TEST_NODE_IP,
-        destPort: 3001,
-        output: both,
-        masq: true,
-      },
-    ]);
-  });
-});
-
-describe("TestInternalTrafficPolicy (S17)", () => {
-  const cases: Array<[string, boolean, Array<[string, string]>, string]> = [
-    [
-      "iTP=Cluster",
-      false,
-      [["10.0.1.1", TEST_NODE_NAME], ["10.0.1.2", "node1"], ["10.0.1.3", "node2"]],
-      "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80",
-    ],
-    ["iTP=Local, one local endpoint", true, [["10.0.1.1", TEST_NODE_NAME], ["10.0.1.2", "node1"], [
-      "10.0.1.3",
-      "node2",
-    ]], "10.0.1.1:80"],
-    ["iTP=Local, two local endpoints", true, [["10.0.1.1", TEST_NODE_NAME], ["10.0.1.2", TEST_NODE_NAME], [
-      "10.0.1.3",
-      "node2",
-    ]], "10.0.1.1:80, 10.0.1.2:80"],
-    ["iTP=Local, no local endpoints", true, [["10.0.1.1", "node0"], ["10.0.1.2", "node1"], [
-      "10.0.1.3",
-      "node2",
-    ]], "DROP"],
-  ];
-  for (const [name, local, list, output] of cases) {
-    it(name, () => {
-      const p = new FakeProxier();
-      const svc = makeServicePort("ns1", "svc1", {
-        clusterIP: "172.30.1.1",
-        port: "",
-        internalPolicyLocal: local,
-      });
-      p.setService(svc).setEndpoints(svc, list.map(([ip, node]) => makeEndpoint(ip, 80, { nodeName: node })));
-      syncOk(p);
-      const flow = { name, sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80 };
-      assertFlows(p, [{ ...flow, output }]);
-      assert.equal(p.lastSync!.result.noLocalEndpoints.internal, output === "DROP" ? 1 : 0);
-      p.setEndpoints(svc, []);
-      syncOk(p);
-      assertFlows(p, [{ ...flow, name: "endpoints deleted", output: "REJECT" }]);
-    });
-  }
-});
-
-describe("TestTerminatingEndpoints (S14-S16)", () => {
-  const lb = (externalPolicyLocal: boolean): ServicePortInfo =>
-    makeServicePort("ns1", "svc1", {
-      clusterIP: "172.30.1.1",
-      port: "",
-      loadBalancerVIPs: ["1.2.3.4"],
-      externalPolicyLocal,
-      healthCheckNodePort: externalPolicyLocal ? 30000 : 0,
-    });
-  const R = { ready: true, serving: true, terminating: false };
-  const ST = { ready: false, serving: true, terminating: true };
-  const T = { ready: false, serving: false, terminating: true };
-  type Case = [string, Array<[string, EndpointFixture]>, [string, boolean], [string, boolean]];
-  const run = (externalPolicyLocal: boolean, cases: Case[]) => {
-    for (const [name, list, [podOut, podMasq], [extOut, extMasq]] of cases) {
-      it(`${externalPolicyLocal ? "eTP=Local" : "eTP=Cluster"}: ${name}`, () => {
-        const p = new FakeProxier();
-        const svc = lb(externalPolicyLocal);
-        p.setService(svc).setEndpoints(svc, list.map(([ip, f]) => makeEndpoint(ip, 80, f)));
-        syncOk(p);
-        const pod = { name: "pod to clusterIP", sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80 };
-        const ext = {
-          name: "external to LB",
-          sourceIP: TEST_EXTERNAL_CLIENT,
-          destIP: "1.2.3.4",
-          destPort: 80,
-        };
-        assertFlows(p, [{ ...pod, output: podOut, masq: podMasq }, {
-          ...ext,
-          output: extOut,
-          masq: extMasq,
-        }]);
-        p.setEndpoints(svc, []);
-        syncOk(p);
-        assertFlows(p, [{ ...pod, output: "REJECT" }, { ...ext, output: "REJECT" }]);
-      });
-    }
-  };
-  const me = { nodeName: TEST_NODE_NAME };
-  run(true, [
-    [
-      "ready endpoints exist",
-      [["10.0.1.1", { ...R, ...me }], ["10.0.1.2", { ...R, ...me }], ["10.0.1.3", { ...ST, ...me }], [
-        "10.0.1.4",
-        { ...T, ...me },
-      ], [
-        "10.0.1.5",
-        { ...R, nodeName: "node-1" },
-      ]],
-      ["10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", false],
-      ["10.0.1.1:80, 10.0.1.2:80", false],
-    ],
-    [
-      "only terminating endpoints exist locally",
-      [["10.0.1.2", { ...ST, ...me }], ["10.0.1.3", { ...ST, ...me }], ["10.0.1.4", { ...T, ...me }], [
-        "10.0.1.5",
-        { ...R, nodeName: "node-1" },
-      ]],
-      ["10.0.1.5:80", false],
-      ["10.0.1.2:80, 10.0.1.3:80", false],
-    ],
-    ["terminating endpoints on remote node", [["10.0.1.5", { ...ST, nodeName: "node-1" }]], [
-      "10.0.1.5:80",
-      false,
-    ], ["DROP", false]],
-    [
-      "no usable endpoints on any node",
-      [["10.0.1.5", { ...T, ...me }], ["10.0.1.6", { ...T, nodeName: "node-1" }]],
-      ["REJECT", false],
-      [
-        "REJECT",
-        false,
-      ],
-    ],
-  ]);
-  const other = { nodeName: "another-node" };
-  run(false, [
-    [
-      "ready endpoints exist (S15)",
-      [["10.0.1.1", { ...R, ...me }], ["10.0.1.2", { ...R, ...me }], ["10.0.1.3", { ...ST, ...other }], [
-        "10.0.1.4",
-        { ...T, ...other },
-      ], [
-        "10.0.1.5",
-        { ...R, ...other },
-      ]],
-      ["10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", false],
-      ["10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", true],
-    ],
-    [
-      "only terminating endpoints exist (S14)",
-      [["10.0.1.2", { ...ST, ...me }], ["10.0.1.3", { ...ST, ...me }], ["10.0.1.4", { ...T, ...other }], [
-        "10.0.1.5",
-        { ...ST, ...other },
-      ]],
-      ["10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", false],
-      ["10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", true],
-    ],
-    ["terminating endpoints on remote node", [["10.0.1.5", { ...ST, nodeName: "node-1" }]], [
-      "10.0.1.5:80",
-      false,
-    ], ["10.0.1.5:80", true]],
-    [
-      "no usable endpoints on any node (S16)",
-      [["10.0.1.5", { ...T, ...me }], ["10.0.1.6", { ...T, nodeName: "node-1" }]],
-      ["REJECT", false],
-      [
-        "REJECT",
-        false,
-      ],
-    ],
-  ]);
 });
 
 describe("TestNoEndpointsMetric", () => {
