@@ -2,7 +2,8 @@
  * O(change) syncs (lib/proxy/nftables/render/incremental.ts): random sequences of service and endpoint
  * changes, each applied as an incremental transaction to the fake table, leave it equal (once the stale
  * chains are deleted) to the table a fresh full sync of the same state writes; the per-change work is
- * the same at 20 and at 400 unchanged services; node-level changes fall back to a full sync.
+ * the same at 20 and at 400 unchanged services; node-level changes fall back to a full sync. A full sync
+ * split into bounded transactions leaves the single transaction's table, never jumping into an empty chain.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,6 +17,7 @@ import {
   type NftIncrementalInput,
   NftIncrementalRenderer,
 } from "../../lib/proxy/nftables/render/incremental.ts";
+import { splitNFTablesFullSync } from "../../lib/proxy/nftables/render/incremental_first_sync.ts";
 
 function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
@@ -199,3 +201,61 @@ test("a node-level setting change falls back to a full sync", () => {
   assert.equal(res.full, true);
   assert.match(res.transaction, /^add table ip kube-proxy/);
 });
+
+/**
+ * Chains referenced from a rule or map element that are missing or empty, as "<referrer> -> <chain>"
+ * (make-before-break: a jump into an empty per-service chain would let a packet fall through).
+ */
+function danglingJumps(nft: FakeNftTable): string[] {
+  const out: string[] = [];
+  const dump = nft.dump().split("\n");
+  const chains = new Set(nft.chains());
+  for (const line of dump) {
+    if (!line.startsWith("add rule") && !line.startsWith("add element")) continue;
+    for (const m of line.matchAll(/(?:goto|jump) ([^\s,}]+)/g)) {
+      const target = m[1];
+      const rules = chains.has(target) ? nft.rules(target)! : null;
+      if (rules === null || (rules.length === 0 && target.includes("/"))) {
+        out.push(`${line.split(" ").slice(0, 5).join(" ")} -> ${target}`);
+      }
+    }
+  }
+  return out;
+}
+
+for (const existing of [false, true]) {
+  test(`bounded first sync (${existing ? "over an existing table" : "into an empty table"}): the split sequence leaves the single transaction's table and never jumps into an empty chain`, () => {
+    const rnd = mulberry32(existing ? 21 : 22);
+    const before = new Cluster(rnd);
+    for (let i = 0; i < 40; i++) before.set(i, rnd() < 0.7 ? 0 : 1);
+    const after = new Cluster(rnd);
+    for (let i = 0; i < 60; i++) after.set(i, rnd() < 0.7 ? 0 : 1);
+
+    const single = new FakeNftTable("ip", "kube-proxy");
+    const split = new FakeNftTable("ip", "kube-proxy");
+    if (existing) {
+      const input = before.input();
+      const tx = renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction;
+      single.run(tx);
+      split.run(tx);
+    }
+    const input = after.input();
+    const full = renderNFTablesFullSync({
+      ...input,
+      services: input.services.values(),
+      firstSync: true,
+      existingChains: existing ? single.chains() : null,
+      existingSets: existing ? single.sets() : null,
+    }).transaction;
+    single.run(full);
+
+    const parts = splitNFTablesFullSync(full, { servicePortsPerTransaction: 7 });
+    assert.ok(parts.length >= 5, `${parts.length} transactions`);
+    for (const [i, part] of parts.entries()) {
+      split.run(part);
+      assert.deepEqual(danglingJumps(split), [], `after transaction ${i + 1} of ${parts.length}`);
+    }
+    assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
+    assert.deepEqual(splitNFTablesFullSync(full, { servicePortsPerTransaction: 10_000 }), [full]);
+  });
+}

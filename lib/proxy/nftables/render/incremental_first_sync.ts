@@ -1,0 +1,91 @@
+/**
+ * A full sync's transaction split into bounded transactions, so that no single commit holds the kernel
+ * for long: nf_tables' commit cost grows with the size of the transaction times its anonymous sets
+ * (every `numgen ... vmap { ... }` and `saddr != { ... }` rule), so one transaction for 10k services
+ * takes minutes while chunks of a few hundred service ports take well under a second each.
+ *
+ * Make-before-break: nothing reachable ever jumps into a missing or half-written chain.
+ *   1. A prelude creates the table and the fixed regular chains, without flushing anything.
+ *   2. Chunks of whole service ports write the per-service chains, rules and affinity sets (each chain
+ *      is flushed and refilled inside one transaction, so a chain live traffic already uses is replaced
+ *      atomically). Nothing points at a new chain yet: only the dispatch maps do that.
+ *   3. The last transaction is the rest of the full sync, in its order: the fixed part (base chains,
+ *      fixed rules, map and set flushes), every element (the dispatch now points at populated chains)
+ *      and the stale-chain flushes. An existing table switches over atomically here.
+ * Applying the sequence leaves the same table as applying the full transaction at once
+ * (tests/unit/nftables_incremental_test.ts).
+ */
+import { isAffinitySetName, isServiceChainName } from "./names.ts";
+import { NFT_BASE_CHAINS } from "./setup.ts";
+
+const BASE_CHAINS = new Set(NFT_BASE_CHAINS.map((c) => c.name));
+
+/** How to bound the transactions. */
+export interface FirstSyncSplitOptions {
+  /** Service ports per chunk transaction (default {@link FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION}). */
+  readonly servicePortsPerTransaction?: number;
+}
+
+/**
+ * Default chunk size: on kernel 6.18 with nft 1.0.6 a chunk of this many service ports (5 endpoints each)
+ * commits in well under a second (bench/nftables_bench.ts measures it).
+ */
+export const FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION = 250;
+
+/** The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name. */
+function objectOf(line: string): { verb: string; kind: string; name: string } {
+  const w = line.split(" ", 5);
+  return { verb: w[0], kind: w[1], name: w[4] ?? "" };
+}
+
+/** True for a line on a per-service chain or an affinity set (not an element, not a stale flush). */
+function isServiceLine(verb: string, kind: string, name: string): boolean {
+  if (kind === "chain" || kind === "rule") return isServiceChainName(name);
+  if (kind === "set") return isAffinitySetName(name) && verb === "add";
+  return false;
+}
+
+/**
+ * Splits a full sync's transaction (renderNFTablesSync with partial null) into a prelude, chunks of
+ * whole service ports and a final switch-over transaction; returns [transaction] unchanged when it
+ * has no more service ports than one chunk.
+ */
+export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitOptions = {}): string[] {
+  const perTx = Math.max(1, opts.servicePortsPerTransaction ?? FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION);
+  const lines = transaction.split("\n").filter((l) => l !== "");
+  const prelude: string[] = [];
+  const groups: string[][] = [];
+  const rest: string[] = [];
+  let lastServiceLine = -1;
+  lines.forEach((l, i) => {
+    const o = objectOf(l);
+    // (Stale chains are only flushed, after every service port's "add" lines.)
+    if (o.verb === "add" && isServiceLine(o.verb, o.kind, o.name)) lastServiceLine = i;
+  });
+  let prevWasChainDecl = false;
+  lines.forEach((line, i) => {
+    const o = objectOf(line);
+    if (o.kind === "table" && o.verb === "add") prelude.push(line);
+    // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
+    if (o.kind === "chain" && o.verb === "add" && !isServiceChainName(o.name) && !BASE_CHAINS.has(o.name)) {
+      prelude.push(line);
+    }
+    // Stale flushes come after the last service port's lines: they stay with the switch-over.
+    if (i <= lastServiceLine && isServiceLine(o.verb, o.kind, o.name)) {
+      const chainDecl = o.kind === "chain";
+      // A service port starts with its chain declarations; its rules follow them.
+      if (groups.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) groups.push([]);
+      groups[groups.length - 1].push(line);
+      prevWasChainDecl = chainDecl;
+      return;
+    }
+    rest.push(line);
+  });
+  if (groups.length <= perTx) return [transaction];
+  const out = [prelude.join("\n") + "\n"];
+  for (let i = 0; i < groups.length; i += perTx) {
+    out.push(groups.slice(i, i + perTx).flat().join("\n") + "\n");
+  }
+  out.push(rest.join("\n") + "\n");
+  return out;
+}
