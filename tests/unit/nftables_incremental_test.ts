@@ -17,7 +17,10 @@ import {
   type NftIncrementalInput,
   NftIncrementalRenderer,
 } from "../../lib/proxy/nftables/render/incremental.ts";
-import { splitNFTablesFullSync } from "../../lib/proxy/nftables/render/incremental_first_sync.ts";
+import {
+  mergeElements,
+  splitNFTablesFullSync,
+} from "../../lib/proxy/nftables/render/incremental_first_sync.ts";
 
 function mulberry32(seed: number): () => number {
   let a = seed >>> 0;
@@ -223,6 +226,37 @@ function danglingJumps(nft: FakeNftTable): string[] {
   return out;
 }
 
+/** Merged "add element ... { e1, e2 }" commands as one line per element (the fake takes one each). */
+function expandElementLists(tx: string): string {
+  return tx.split("\n").flatMap((line) => {
+    if (!line.startsWith("add element ")) return [line];
+    const head = line.split(" ", 5).join(" ");
+    const bodies = line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }")).split(", ");
+    return bodies.map((b) => `${head} { ${b} }`);
+  }).join("\n");
+}
+
+test("mergeElements merges each container's element lines in place, losslessly", () => {
+  const lines = [
+    "flush map ip kube-proxy service-ips",
+    "add element ip kube-proxy cluster-ips { 172.30.0.1 }",
+    'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
+    "add element ip kube-proxy cluster-ips { 172.30.0.2 }",
+    "flush chain ip kube-proxy service-X-ns/a/tcp/p",
+  ];
+  const merged = mergeElements(lines);
+  assert.deepEqual(merged, [
+    "flush map ip kube-proxy service-ips",
+    "add element ip kube-proxy cluster-ips { 172.30.0.1, 172.30.0.2 }",
+    'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
+    "flush chain ip kube-proxy service-X-ns/a/tcp/p",
+  ]);
+  assert.deepEqual(
+    expandElementLists(merged.join("\n")).split("\n").sort(),
+    [...lines].sort(),
+  );
+});
+
 for (const existing of [false, true]) {
   test(`bounded first sync (${existing ? "over an existing table" : "into an empty table"}): the split sequence leaves the single transaction's table and never jumps into an empty chain`, () => {
     const rnd = mulberry32(existing ? 21 : 22);
@@ -252,7 +286,7 @@ for (const existing of [false, true]) {
     const parts = splitNFTablesFullSync(full, { servicePortsPerTransaction: 7 });
     assert.ok(parts.length >= 5, `${parts.length} transactions`);
     for (const [i, part] of parts.entries()) {
-      split.run(part);
+      split.run(expandElementLists(part));
       assert.deepEqual(danglingJumps(split), [], `after transaction ${i + 1} of ${parts.length}`);
     }
     assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
