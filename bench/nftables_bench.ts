@@ -8,7 +8,7 @@
  *    beside upstream's partial sync of the same kind of change (every service walked) through `nft -f -`.
  * Needs root and nft. Run with Bun (libnftables through bun:ffi):
  *   ./node_modules/.bin/bun bench/nftables_bench.ts [--sizes 1000,5000,10000] [--single-max 5000]
- *     [--chunk 250] [--changes 9]
+ *     [--chunk N | --budget B] [--changes 9]
  */
 import { NetnsScope } from "../tests/support/netns.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
@@ -28,7 +28,9 @@ function arg(name: string, fallback: string): string {
 
 const sizes = arg("sizes", "1000,5000,10000").split(",").map(Number);
 const singleMax = Number(arg("single-max", "5000"));
-const chunk = Number(arg("chunk", "250"));
+// A fixed chunk size; none: the splitter's adaptive bound (--budget, default its own).
+const chunk = arg("chunk", "") === "" ? undefined : Number(arg("chunk", ""));
+const budget = arg("budget", "") === "" ? undefined : Number(arg("budget", ""));
 const changes = Number(arg("changes", "9"));
 const scope = new NetnsScope("nftbench");
 
@@ -58,7 +60,10 @@ try {
     let t = performance.now();
     const full = inc.sync({ ...base, services: model.services }, null);
     const renderMs = performance.now() - t;
-    const parts = splitNFTablesFullSync(full.transaction, { servicePortsPerTransaction: chunk });
+    const parts = splitNFTablesFullSync(full.transaction, {
+      servicePortsPerTransaction: chunk,
+      budget,
+    });
     console.log(
       `\n## ${size} Services (${model.services.size} service ports): full render + cache ${ms(renderMs)}, ` +
         `${round(byteLength(full.transaction) / 1e6, 2)} MB, ${full.operations} commands`,
@@ -79,12 +84,15 @@ try {
     for (const p of parts) times.push(await timeRun(lib, p));
     const total = times.reduce((a, b) => a + b, 0);
     console.log(
-      `first sync, bounded (${chunk} service ports per transaction): ${parts.length} transactions, ` +
+      `first sync, bounded (${
+        chunk ?? `adaptive, budget ${budget ?? "default"}`
+      }): ${parts.length} transactions, ` +
         `total ${ms(total)}, max ${ms(Math.max(...times))} (transaction ${
           times.indexOf(Math.max(...times)) + 1
         }), ` +
         `median ${ms(summarize(times).median)}; last (switch-over) ${ms(times[times.length - 1])}`,
     );
+    console.log(`  per transaction (ms): ${times.map((x) => Math.round(x)).join(" ")}`);
     if (size !== sizes[sizes.length - 1]) {
       await proc.close();
       await lib.close();
@@ -120,6 +128,28 @@ try {
         `(${libMs.map((x) => round(x)).join(", ")}), nft -f - ${med(procMs)} ms (${
           procMs.map((x) => round(x)).join(", ")
         })`,
+    );
+
+    // Where a small commit's time goes (libnftables, 5 each): nft's cache read alone (a listing of
+    // the table's chains), a plain set element (cache read + commit), a verdict-map element (plus the
+    // kernel's validation of every chain reachable through the maps).
+    const svcChain = full.transaction.match(/goto (service-[^ ]+)/)?.[1];
+    const parts5 = async (f: (k: number) => string) => {
+      const xs: number[] = [];
+      for (let k = 0; k < 5; k++) xs.push(await timeRun(lib, f(k)));
+      return med(xs);
+    };
+    const listMs = await parts5(() => "list chains ip\n");
+    const setMs = await parts5((k) =>
+      `add element ip kube-proxy cluster-ips { 11.255.0.${k} }\ndelete element ip kube-proxy cluster-ips { 11.255.0.${k} }\n`
+    );
+    const vmapMs = await parts5((k) =>
+      `add element ip kube-proxy service-ips { 11.255.1.${k} . tcp . 80 : goto ${svcChain} }\n` +
+      `delete element ip kube-proxy service-ips { 11.255.1.${k} . tcp . 80 }\n`
+    );
+    console.log(
+      `small commits (libnftables, median of 5): list chains ${listMs} ms; set element ${setMs} ms; ` +
+        `verdict-map element ${vmapMs} ms`,
     );
 
     // Upstream's partial sync (walks every service port, diffs every element) of further changes.

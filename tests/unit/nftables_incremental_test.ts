@@ -293,3 +293,24 @@ for (const existing of [false, true]) {
     assert.deepEqual(splitNFTablesFullSync(full, { servicePortsPerTransaction: 10_000 }), [full]);
   });
 }
+
+test("bounded first sync, adaptive bound: chunks shrink as the table grows, and the result is the same", () => {
+  const rnd = mulberry32(31);
+  const cluster = new Cluster(rnd);
+  for (let i = 0; i < 80; i++) cluster.set(i, 0);
+  const input = cluster.input();
+  const full = renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction;
+  const single = new FakeNftTable("ip", "kube-proxy");
+  single.run(full);
+  // c × (written + c) ≤ 400: 20 service ports first, then fewer as the table fills.
+  const parts = splitNFTablesFullSync(full, { budget: 400 });
+  const chunks = parts.slice(1, -1).map((p) => p.split("\n").filter((l) => l.startsWith("add chain")).length);
+  assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+  for (let i = 1; i < chunks.length - 1; i++) assert.ok(chunks[i] <= chunks[i - 1], `chunk sizes ${chunks}`);
+  const split = new FakeNftTable("ip", "kube-proxy");
+  for (const part of parts) {
+    split.run(expandElementLists(part));
+    assert.deepEqual(danglingJumps(split), []);
+  }
+  assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
+});

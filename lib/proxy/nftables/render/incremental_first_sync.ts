@@ -23,15 +23,31 @@ const BASE_CHAINS = new Set(NFT_BASE_CHAINS.map((c) => c.name));
 
 /** How to bound the transactions. */
 export interface FirstSyncSplitOptions {
-  /** Service ports per chunk transaction (default {@link FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION}). */
+  /**
+   * A fixed number of service ports per chunk transaction. Default: chunks shrink as the table grows,
+   * keeping (ports in the chunk) × (ports in the table after it) within `budget`.
+   */
   readonly servicePortsPerTransaction?: number;
+  /** The adaptive bound (default {@link FIRST_SYNC_CHUNK_BUDGET}). */
+  readonly budget?: number;
+  /** Service ports already in the table (an existing table's), for the adaptive bound. */
+  readonly existingServicePorts?: number;
 }
 
 /**
- * Default chunk size: on kernel 6.18 with nft 1.0.6 a chunk of this many service ports (5 endpoints each)
- * commits in well under a second (bench/nftables_bench.ts measures it).
+ * Default adaptive bound. A chunk's commit cost grows with its service ports times the table's size:
+ * the kernel walks every set of the table to name each new anonymous set (`numgen ... vmap { }`), and
+ * nft re-reads the table before each transaction. Measured on kernel 6.18 / nft 1.0.6
+ * (bench/nftables_bench.ts), this bound keeps each chunk around half a second up to 10k Services
+ * (about 1000 service ports into an empty table, under 100 at 13k).
  */
-export const FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION = 250;
+export const FIRST_SYNC_CHUNK_BUDGET = 1_000_000;
+
+/** Service ports of the next chunk when `written` are in the table: c × (written + c) ≤ budget. */
+function adaptiveChunk(written: number, budget: number): number {
+  const c = Math.floor((-written + Math.sqrt(written * written + 4 * budget)) / 2);
+  return Math.max(25, c);
+}
 
 /** The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name. */
 function objectOf(line: string): { verb: string; kind: string; name: string } {
@@ -49,10 +65,12 @@ function isServiceLine(verb: string, kind: string, name: string): boolean {
 /**
  * Splits a full sync's transaction (renderNFTablesSync with partial null) into a prelude, chunks of
  * whole service ports and a final switch-over transaction; returns [transaction] unchanged when it
- * has no more service ports than one chunk.
+ * has no more service ports than its first chunk would hold.
  */
 export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitOptions = {}): string[] {
-  const perTx = Math.max(1, opts.servicePortsPerTransaction ?? FIRST_SYNC_SERVICE_PORTS_PER_TRANSACTION);
+  const fixed = opts.servicePortsPerTransaction === undefined
+    ? null
+    : Math.max(1, opts.servicePortsPerTransaction);
   const lines = transaction.split("\n").filter((l) => l !== "");
   const prelude: string[] = [];
   const groups: string[][] = [];
@@ -82,10 +100,15 @@ export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitO
     }
     rest.push(line);
   });
-  if (groups.length <= perTx) return [transaction];
+  const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
+  const existing = opts.existingServicePorts ?? 0;
+  const chunkAt = (written: number) => fixed ?? adaptiveChunk(existing + written, budget);
+  if (groups.length <= chunkAt(0)) return [transaction];
   const out = [prelude.join("\n") + "\n"];
-  for (let i = 0; i < groups.length; i += perTx) {
-    out.push(groups.slice(i, i + perTx).flat().join("\n") + "\n");
+  for (let i = 0; i < groups.length;) {
+    const n = chunkAt(i);
+    out.push(groups.slice(i, i + n).flat().join("\n") + "\n");
+    i += n;
   }
   out.push(mergeElements(rest).join("\n") + "\n");
   return out;
