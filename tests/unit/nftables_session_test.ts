@@ -81,12 +81,13 @@ for (const variant of variants) {
         if (!variant.libnftables) assert.match(e.message, /add rule ip t nosuch accept/);
         assert.match(e.message, /\^\^\^/);
         assert.equal(e.writer, variant.name);
+        assert.equal(e.notFound, true);
         return true;
       });
       assert.equal(await list(), before, "a failed transaction must leave the table unchanged");
 
-      // The session survives the error.
-      await s.run("add chain ip t c3\n");
+      // The session survives the error; chunks are one transaction.
+      await s.run(["add chain ip t c3\n", "add rule ip t c3 counter\n"]);
       assert.match(await list(), /chain c3 \{/);
       assert.doesNotMatch(await list(), /chain c2 /);
       await s.run("delete table ip t\n");
@@ -101,6 +102,9 @@ for (const variant of variants) {
       assert.match(await list(), /chain late \{/);
       await assert.rejects(s.run("add chain ip t after\n"), /nft session is closed/);
       assert.equal(liveChildProcesses(), 0);
+      // The libnftables context is freed.
+      if (variant.libnftables) assert.throws(() => s.lib!.run("list tables\n"), /context is closed/);
+      else assert.equal(s.lib, null);
       assert.ok(s instanceof NftSession);
       await ns.execOk([NFT, "delete", "table", "ip", "t"]);
     });

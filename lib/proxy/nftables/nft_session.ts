@@ -13,10 +13,16 @@ import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 
-/** Applies nft transactions (the shape of the backend's runner). */
+/**
+ * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
+ * backend keeps its `nft` process runner for listings and checks and sends transactions here.
+ */
 export interface NftTransactionRunner {
-  /** Applies `transaction` (nft syntax, one command per line) atomically; rejects with nft's error text. */
-  run(transaction: string): Promise<void>;
+  /**
+   * Applies `transaction` (nft syntax, one command per line; chunks are concatenated in order)
+   * atomically; rejects with an {@link NftTransactionError} carrying nft's error text.
+   */
+  run(transaction: string | readonly string[]): Promise<void>;
   /** Waits for the running transaction, then releases the writer; later `run` calls reject. */
   close(): Promise<void>;
 }
@@ -53,6 +59,10 @@ export class NftTransactionError extends Error {
     super(`nft transaction (${lines} commands, ${writer}) failed: ${nftError.trim() || "no error text"}`);
     this.name = "NftTransactionError";
   }
+  /** nft said an object does not exist (ENOENT), as the backend's NftError reports it. */
+  get notFound(): boolean {
+    return /No such file or directory/.test(this.nftError);
+  }
 }
 
 /** A session of serialized nft transactions. */
@@ -70,8 +80,9 @@ export class NftSession implements NftTransactionRunner {
   }
 
   /** Applies `transaction` after every earlier one; "" is a no-op. */
-  run(transaction: string): Promise<void> {
+  run(transaction: string | readonly string[]): Promise<void> {
     if (this.#closed) return Promise.reject(new Error("nft session is closed"));
+    if (typeof transaction !== "string") transaction = transaction.join("");
     const next = this.#queue.then(() => this.#apply(transaction));
     // A failed transaction must not stop the ones queued after it.
     this.#queue = next.catch(() => {});
