@@ -1,8 +1,9 @@
 /**
  * A full sync's transaction split into bounded transactions, so that no single commit holds the kernel
- * for long: nf_tables' commit cost grows with the size of the transaction times its anonymous sets
- * (every `numgen ... vmap { ... }` and `saddr != { ... }` rule), so one transaction for 10k services
- * takes minutes while chunks of a few hundred service ports take well under a second each.
+ * for long: a transaction's commit cost grows with its service ports (their anonymous sets: every
+ * `numgen ... vmap { ... }` and `saddr != { ... }` rule) times the table's size, so one transaction for
+ * 5k services took 27.5 s on kernel 6.18 / nft 1.0.6, and chunks of 200 service ports 0.1–1 s each
+ * (bench/nftables_bench.ts).
  *
  * Make-before-break: nothing reachable ever jumps into a missing or half-written chain.
  *   1. A prelude creates the table and the fixed regular chains, without flushing anything.
@@ -35,11 +36,11 @@ export interface FirstSyncSplitOptions {
 }
 
 /**
- * Default adaptive bound. A chunk's commit cost grows with its service ports times the table's size:
- * the kernel walks every set of the table to name each new anonymous set (`numgen ... vmap { }`), and
- * nft re-reads the table before each transaction. Measured on kernel 6.18 / nft 1.0.6
- * (bench/nftables_bench.ts), this bound keeps each chunk around half a second up to 10k Services
- * (about 1000 service ports into an empty table, under 100 at 13k).
+ * Default adaptive bound: about 1000 service ports into an empty table, 180 at 5k, under 100 at 13k.
+ * A chunk's cost grows with its service ports times the table's size (nft re-reads the table before
+ * each transaction; the kernel likely walks the table's sets to name each new anonymous set). At 5k
+ * Services on kernel 6.18 / nft 1.0.6 on a loaded 2-core machine this gave 25 transactions of 0.6–1.5 s
+ * (bench/nftables_bench.ts); 10k was not measured with it.
  */
 export const FIRST_SYNC_CHUNK_BUDGET = 1_000_000;
 
