@@ -14,7 +14,7 @@
  *     service port per FlowServicePort, each endpoint serving every port on its targetPort; an endpoint is
  *     local when its node is THIS_NODE), then sync.
  *  2. For each flow, decide what happens to the packet — a rule tracer follows its rules (the iptables
- *     runner: tests/unit/render_flows_test.ts with tests/support/tracer.ts), a state model looks up its
+ *     runner: tests/unit/proxy/iptables/render/flows_test.ts with tests/support/tracer.ts), a state model looks up its
  *     virtual servers, a userspace model asks its balancer, a real-traffic runner sends packets
  *     (tests/e2e/conformance/traffic_test.ts) — and compare with `expect`: for `dnat`, the set of
  *     endpoints that can be chosen and whether the source is masqueraded; `sticky` flows must keep one
