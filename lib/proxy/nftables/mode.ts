@@ -11,6 +11,7 @@ import { createNftRunner, NftError, type NftRunner, nftVersionOutput } from "./r
 import { nftVersionProblem } from "./version.ts";
 import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
+import { openNftSession } from "./nft_session.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
@@ -74,13 +75,14 @@ export function createNftablesBackend(
   return {
     syncPeriods: (config) => nftablesSyncPeriods(config),
 
-    async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
+    async families({ config, dryRun, log }: BackendContext): Promise<IPFamily[]> {
       if (dryRun) {
         const v6 = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
         return v6 ? ["IPv4", "IPv6"] : ["IPv4"];
       }
       runner = runnerFactory();
       const { ipv6 } = await checkNftablesSupport(runner);
+      runner = await withSessionWriter(runner, (m) => log.info(m));
       return ipv6 ? ["IPv4", "IPv6"] : ["IPv4"];
     },
 
@@ -111,6 +113,18 @@ export function createNftablesBackend(
       return await cleanupNftablesLeftovers(log, runnerFactory());
     },
   };
+}
+
+/**
+ * `runner` with its transactions sent through an nft session (a persistent libnftables context where
+ * the runtime has one, else `nft -f -`); listings and checks stay on `runner`. Unchanged when no session
+ * opens.
+ */
+export async function withSessionWriter(runner: NftRunner, info: (m: string) => void): Promise<NftRunner> {
+  const session = await openNftSession().catch(() => null);
+  if (session === null) return runner;
+  info(`nftables transactions go through ${session.lib === null ? "nft -f -" : "a libnftables session"}`);
+  return { ...runner, run: (transaction) => session.run(transaction) };
 }
 
 /**
