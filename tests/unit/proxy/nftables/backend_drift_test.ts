@@ -14,12 +14,12 @@ import {
   mapSizes,
   parseChainRuleCounts,
   parseMapSizes,
-} from "../../lib/proxy/nftables/drift.ts";
-import { nftVersionProblem, parseNftVersion } from "../../lib/proxy/nftables/version.ts";
-import { renderNFTablesFullSync } from "../../lib/proxy/nftables/render/render.ts";
-import { nftFakeProxierInput } from "../support/nft_fixtures.ts";
-import { makeEndpoint, makeServicePort } from "../support/tracer.ts";
-import { servicePortKey } from "../../lib/proxy/types.ts";
+} from "../../../../lib/proxy/nftables/drift.ts";
+import { nftVersionProblem, parseNftVersion } from "../../../../lib/proxy/nftables/version.ts";
+import { renderNFTablesFullSync } from "../../../../lib/proxy/nftables/render/render.ts";
+import { nftFakeProxierInput } from "../../../support/nft_fixtures.ts";
+import { makeEndpoint, makeServicePort } from "../../../support/tracer.ts";
+import { servicePortKey } from "../../../../lib/proxy/types.ts";
 
 describe("nftables drift fingerprint", () => {
   const svc = makeServicePort("ns1", "svc1", { clusterIP: "172.30.0.41" });

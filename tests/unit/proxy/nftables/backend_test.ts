@@ -6,21 +6,21 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { FakeNftTable } from "../support/nft_fake.ts";
-import { sortNFTablesTransaction } from "../support/nft_canonical.ts";
-import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
-import { NftablesBackend, type NftablesHost, serviceOfKey } from "../../lib/proxy/nftables/backend.ts";
-import { createNftDryRunHost } from "../../lib/proxy/nftables/dry_run_host.ts";
-import { compareMapSizes, compareRuleCounts } from "../../lib/proxy/nftables/drift.ts";
-import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
-import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
-import type { ProxyState } from "../../lib/proxy/provider.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
-import { servicePortKey } from "../../lib/proxy/types.ts";
-import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { Registry } from "../../lib/metrics/registry.ts";
-import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
-import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
+import { FakeNftTable } from "../../../support/nft_fake.ts";
+import { sortNFTablesTransaction } from "../../../support/nft_canonical.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
+import { NftablesBackend, type NftablesHost, serviceOfKey } from "../../../../lib/proxy/nftables/backend.ts";
+import { createNftDryRunHost } from "../../../../lib/proxy/nftables/dry_run_host.ts";
+import { compareMapSizes, compareRuleCounts } from "../../../../lib/proxy/nftables/drift.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import type { ProxyState } from "../../../../lib/proxy/provider.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
+import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
+import { Registry } from "../../../../lib/metrics/registry.ts";
+import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
+import { detectLocalByCIDR } from "../../../../lib/proxy/local_detect.ts";
 
 /** A host over a FakeNftTable that records what it was asked. */
 class FakeHost implements NftablesHost {

@@ -7,20 +7,20 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FakeNftTable } from "../support/nft_fake.ts";
-import { sortNFTablesTransaction } from "../support/nft_canonical.ts";
-import { nftFakeProxierInput } from "../support/nft_fixtures.ts";
-import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
-import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../lib/proxy/types.ts";
-import { renderNFTablesFullSync } from "../../lib/proxy/nftables/render/render.ts";
+import { FakeNftTable } from "../../../support/nft_fake.ts";
+import { sortNFTablesTransaction } from "../../../support/nft_canonical.ts";
+import { nftFakeProxierInput } from "../../../support/nft_fixtures.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
+import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../../../lib/proxy/types.ts";
+import { renderNFTablesFullSync } from "../../../../lib/proxy/nftables/render/render.ts";
 import {
   type NftIncrementalInput,
   NftIncrementalRenderer,
-} from "../../lib/proxy/nftables/render/incremental.ts";
+} from "../../../../lib/proxy/nftables/render/incremental.ts";
 import {
   mergeElements,
   splitNFTablesFullSync,
-} from "../../lib/proxy/nftables/render/incremental_first_sync.ts";
+} from "../../../../lib/proxy/nftables/render/incremental_first_sync.ts";
 
 function mulberry32(seed: number): () => number {
   let a = seed >>> 0;

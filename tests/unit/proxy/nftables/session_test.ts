@@ -8,14 +8,14 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { accessSync, constants } from "node:fs";
-import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
+import { type Netns, NetnsScope, netnsUnavailableReason } from "../../../support/netns.ts";
 import {
   NftSession,
   type NftSessionOptions,
   NftTransactionError,
   openNftSession,
-} from "../../lib/proxy/nftables/nft_session.ts";
-import { liveChildProcesses } from "../../lib/runtime/process_groups.ts";
+} from "../../../../lib/proxy/nftables/nft_session.ts";
+import { liveChildProcesses } from "../../../../lib/runtime/process_groups.ts";
 
 const NFT = "/usr/sbin/nft";
 
