@@ -140,7 +140,7 @@ export async function cleanupIpvs(
     }
   };
   let host: IpvsHost | null = null;
-  await step("ipvsadm/ipset/ip", async () => void (host = makeHost()));
+  await step("ipvsadm/ipset/ip", () => Promise.resolve(void (host = makeHost())));
   const { runInProcessGroup } = await import("../../runtime/process_groups.ts");
   const { resolveBinary } = await import("../iptables/runner.ts");
   await step("flush IPVS", async () => {
