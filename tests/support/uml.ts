@@ -5,9 +5,10 @@
  *
  * Safety: every write to / inside the guest reaches the host's files. The guest therefore mounts tmpfs
  * over /run and over its private scratch directory (`$UML_SCRATCH`, also HOME and TMPDIR), loads modules
- * through a module root built in that tmpfs (modprobe -d), and bind-mounts iptables' legacy binary over
- * the iptables paths inside the guest only (the 7.x UML kernel's IPv4 nf_tables is not what the agent
- * expects). The only host-visible writes are the script's output and exit status, into this run's own
+ * through a module root built in that tmpfs (modprobe -d), and, when the guest kernel has legacy
+ * iptables (Debian's 6.1 UML has no IPv4 nf_tables), bind-mounts iptables' legacy binary over the
+ * iptables paths inside the guest only. Debian unstable's 7.x UML has neither legacy iptables nor IPv4
+ * nf_tables: there `UML_IPTABLES=none` is exported and iptables cannot be used in the guest. The only host-visible writes are the script's output and exit status, into this run's own
  * temporary directory, which is removed afterwards. The guest always goes away: `poweroff -f` at the end,
  * SIGKILL to its process group on timeout, and on process exit.
  *
@@ -57,6 +58,8 @@ export const UML_MODULES: readonly string[] = [
   "ip_vs_wrr",
   "ip_vs_lc",
   "ip_vs_sh",
+  "ip_vs_mh",
+  "ip_vs_wlc",
   "nf_conntrack",
   "nf_nat",
   "nf_tables",
@@ -150,9 +153,10 @@ function initScript(dir: string, kernel: UmlKernel, modules: readonly string[]):
       modules.join(" ")
     }; do modprobe -d ${modRoot} "$m" 2>/dev/console || echo "uml: no module $m" >/dev/console; done`,
     "legacy=$(command -v xtables-legacy-multi)",
-    `[ -n "$legacy" ] && for n in ${
+    "export UML_IPTABLES=none",
+    `if [ -n "$legacy" ] && [ -e /proc/net/ip_tables_names ]; then UML_IPTABLES=legacy; for n in ${
       LEGACY_NAMES.join(" ")
-    }; do p=$(command -v $n) && mount --bind "$legacy" "$p"; done`,
+    }; do p=$(command -v $n) && mount --bind "$legacy" "$p"; done; fi`,
     "ip link set lo up",
     `echo started >${dir}/out/started`,
     `/bin/sh ${dir}/cmd.sh >${dir}/out/output 2>&1`,
