@@ -2,7 +2,7 @@
  * The IPVS Provider against a real IPVS kernel: inside a user-mode-linux guest (tests/support/uml.ts),
  * tests/support/ipvs_uml_driver.ts programs IPVS, ipsets, iptables (legacy) and kube-ipvs0 through
  * lib/proxy/ipvs and sends real TCP traffic from a client namespace to endpoints in another: ClusterIP
- * and NodePort round-robin, ClientIP affinity, partial sync with graceful termination, no endpoints,
+ * and NodePort round-robin, UDP, externalIP and load-balancer VIP with externalTrafficPolicy=Local, ClientIP affinity, partial sync with graceful termination, no endpoints,
  * drift detection and repair, service deletion and --cleanup. Skipped with the reason when UML cannot run.
  */
 import { describe, it } from "node:test";
@@ -89,6 +89,17 @@ describe("IPVS mode in a user-mode-linux kernel", { skip: skip ?? false }, () =>
 
     assert.equal(get("emptyIpvsadm"), "");
     assert.equal(get("emptyDummy"), "");
+    const udp = get("udp") as string[];
+    assert.deepEqual([...new Set(udp)].sort(), ["pod1", "pod2"], `UDP answers: ${udp}`);
+    // eTP=Local: external addresses reach only the local endpoint; the ClusterIP still reaches both.
+    assert.deepEqual(get("externalIPLocal"), ["pod1", "pod1", "pod1", "pod1"]);
+    assert.deepEqual(get("lbLocal"), ["pod1", "pod1", "pod1", "pod1"]);
+    assert.deepEqual([...new Set(get("edgeClusterIP") as string[])].sort(), ["pod1", "pod2"]);
+    assert.equal(
+      (get("dummyEdge") as string).trim(),
+      ["10.96.0.10/32", "10.96.0.20/32", "10.96.0.30/32", "10.97.0.5/32", "10.97.0.6/32"].join("\n"),
+    );
+
     const c = get("cleanup") as { code: number; ipvs: string; dummy: boolean; sets: string; chains: string };
     assert.deepEqual(c, { code: 0, ipvs: "", dummy: true, sets: "", chains: "0" });
   });

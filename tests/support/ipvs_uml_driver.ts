@@ -109,6 +109,10 @@ function state(svcs: [ServicePortInfo, EndpointInfo[]][], changed: string[] = []
 }
 
 function ask(host: string, port: number, count: number): string[] {
+  return askProto(host, port, count, "tcp");
+}
+
+function askProto(host: string, port: number, count: number, proto: "tcp" | "udp"): string[] {
   const out = execFileSync("ip", [
     "netns",
     "exec",
@@ -124,6 +128,8 @@ function ask(host: string, port: number, count: number): string[] {
     String(count),
     "--timeout",
     "1500",
+    "--proto",
+    proto,
   ], { encoding: "utf8" });
   return (JSON.parse(out) as (string | { id?: string })[]).map((r) =>
     typeof r === "string" ? r : r.id ?? JSON.stringify(r)
@@ -182,6 +188,22 @@ result("repairedTraffic", ask("10.96.0.10", 80, 2));
 await backend.sync(state([]), { full: true });
 result("emptyIpvsadm", sh("ipvsadm -Sn"));
 result("emptyDummy", sh("ip -o -4 addr show dev kube-ipvs0"));
+
+// UDP, externalIP and load-balancer VIP with externalTrafficPolicy=Local (pod1 is the local endpoint).
+const dns = makeServicePort("default", "dns", { clusterIP: "10.96.0.20", protocol: "UDP", portNumber: 53 });
+const edge = makeServicePort("default", "edge", {
+  clusterIP: "10.96.0.30",
+  externalIPs: ["10.97.0.5"],
+  loadBalancerVIPs: ["10.97.0.6"],
+  externalPolicyLocal: true,
+});
+const udpEps = eps.map((e) => ({ ...e }));
+await backend.sync(state([[web, eps], [dns, udpEps], [edge, eps]]), { full: true });
+result("udp", askProto("10.96.0.20", 53, 4, "udp"));
+result("externalIPLocal", ask("10.97.0.5", 80, 4));
+result("lbLocal", ask("10.97.0.6", 80, 4));
+result("edgeClusterIP", ask("10.96.0.30", 80, 4));
+result("dummyEdge", sh("ip -o -4 addr show dev kube-ipvs0 | awk '{print $4}' | sort"));
 
 // --cleanup removes everything.
 await backend.sync(state([[web, eps]]), { full: true });
