@@ -15,12 +15,15 @@ import { iptablesLocalDetector } from "../iptables/local_detector.ts";
 import { computeIpvsState, type IpvsState } from "./state.ts";
 import {
   drainedDeletes,
+  type KernelVirtualServer,
   parseIpvsadmConnections,
   parseIpvsadmSave,
   planIpvsadm,
   type TerminatingRealServer,
 } from "./ipvsadm.ts";
-import { parseIpsetSave, planIpsetRestore } from "./ipset_restore.ts";
+import { type KernelIPSet, parseIpsetSave, planIpsetRestore } from "./ipset_restore.ts";
+import { ipsetInfo, ipsetName } from "./ipsets.ts";
+import { joinHostPort } from "../../net/go_net.ts";
 import { IPVS_JUMP_CHAINS } from "./chains.ts";
 import type { IpvsHost } from "./host.ts";
 
@@ -34,6 +37,36 @@ export const IPVS_JUMP_RULES: readonly JumpRule[] = Object.freeze(
     comment: j.comment,
   })),
 );
+
+/** The sets as the last sync left them (every set of the list exists after a sync). */
+function ipsetsOf(last: IpvsState, family: IPFamily): Map<string, KernelIPSet> {
+  const out = new Map<string, KernelIPSet>();
+  for (const [name, entries] of last.ipsets) {
+    out.set(ipsetName(name, family), { type: ipsetInfo(name).type, entries: new Set(entries) });
+  }
+  return out;
+}
+
+/** The virtual servers as the last sync left them, with the real servers still draining at weight 0. */
+function virtualServersOf(
+  last: IpvsState,
+  terminating: readonly TerminatingRealServer[],
+): Map<string, KernelVirtualServer> {
+  const out = new Map<string, KernelVirtualServer>();
+  for (const [key, vs] of last.virtualServers) {
+    out.set(key, {
+      address: vs.address,
+      port: vs.port,
+      protocol: vs.protocol,
+      scheduler: vs.scheduler,
+      persistentTimeout: vs.persistentTimeout,
+      flags: vs.sourceHash ? "flag-2" : "",
+      realServers: new Map(vs.realServers.map((rs) => [joinHostPort(rs.address, rs.port), rs.weight])),
+    });
+  }
+  for (const t of terminating) out.get(t.virtualServer)?.realServers.set(t.realServer, 0);
+  return out;
+}
 
 /** Settings of one family's IPVS provider. */
 export interface IpvsBackendOptions {
@@ -91,15 +124,23 @@ export class IpvsBackend implements Provider {
       randomFully: o.iptables.features.hasRandomFully,
       preferSameTrafficDistribution: o.preferSameTrafficDistribution,
     });
-    await host.ensureDummy();
-    const ipsetText = planIpsetRestore(model.ipsets, parseIpsetSave(await host.ipsetSave()), family);
+    // Full syncs (and the first) diff against what the kernel has; partial ones against what the last
+    // successful sync programmed, so a one-endpoint change reads nothing back. A failed sync makes the
+    // loop force a full one, and the drift check forces one when someone else changed the kernel.
+    const last = opts.full ? null : this.#last;
+    if (!last) await host.ensureDummy();
+    const currentSets = last ? ipsetsOf(last, family) : parseIpsetSave(await host.ipsetSave());
+    const ipsetText = planIpsetRestore(model.ipsets, currentSets, family);
     await host.ipsetRestore(ipsetText);
-    if (opts.full || this.#last === null) await ensureJumpRules(o.iptables, IPVS_JUMP_RULES);
+    if (!last) await ensureJumpRules(o.iptables, IPVS_JUMP_RULES);
     await o.iptables.restore(model.iptables);
-    const bound = new Set(await host.dummyAddresses(family));
+    const bound = new Set(last ? last.bindAddresses : await host.dummyAddresses(family));
     const want = new Set(model.bindAddresses);
     await host.changeDummyAddresses(model.bindAddresses.filter((a) => !bound.has(a)), []);
-    const plan = planIpvsadm(model.virtualServers, parseIpvsadmSave(await host.ipvsSave()), {
+    const currentVS = last
+      ? virtualServersOf(last, this.#terminating)
+      : parseIpvsadmSave(await host.ipvsSave());
+    const plan = planIpvsadm(model.virtualServers, currentVS, {
       family,
       excludeCIDRs: o.excludeCIDRs,
     });
