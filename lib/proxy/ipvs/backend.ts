@@ -38,6 +38,9 @@ export const IPVS_JUMP_RULES: readonly JumpRule[] = Object.freeze(
   })),
 );
 
+/** Up to this many draining virtual servers are listed one by one (`ipvsadm -Ln -t …`), not all. */
+const DRAIN_LIST_ONE_BY_ONE = 16;
+
 /** The sets as the last sync left them (every set of the list exists after a sync). */
 function ipsetsOf(last: IpvsState, family: IPFamily): Map<string, KernelIPSet> {
   const out = new Map<string, KernelIPSet>();
@@ -164,10 +167,12 @@ export class IpvsBackend implements Provider {
   /** Deletes terminating real servers whose connections have drained (upstream's graceful delete list). */
   async #deleteDrained(): Promise<void> {
     if (this.#terminating.length === 0) return;
-    const { lines, remaining } = drainedDeletes(
-      this.#terminating,
-      parseIpvsadmConnections(await this.#o.host.ipvsList()),
-    );
+    // A few virtual servers are listed one by one; many at once with one full listing.
+    const vss = [...new Set(this.#terminating.map((t) => t.vsArgs))];
+    const listing = vss.length <= DRAIN_LIST_ONE_BY_ONE
+      ? (await Promise.all(vss.map((v) => this.#o.host.ipvsList(v)))).join("\n")
+      : await this.#o.host.ipvsList();
+    const { lines, remaining } = drainedDeletes(this.#terminating, parseIpvsadmConnections(listing));
     await this.#o.host.ipvsRestore(lines);
     this.#terminating = remaining;
   }

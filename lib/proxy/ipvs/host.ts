@@ -11,8 +11,8 @@ import { DEFAULT_DUMMY_DEVICE } from "./chains.ts";
 export interface IpvsHost {
   /** `ipvsadm -Sn`. */
   ipvsSave(): Promise<string>;
-  /** `ipvsadm -Ln` (with connection counts). */
-  ipvsList(): Promise<string>;
+  /** `ipvsadm -Ln [<vs args>]` (with connection counts): every virtual server, or the one given. */
+  ipvsList(vsArgs?: string): Promise<string>;
   /** `ipvsadm -R` with these lines; throws naming the first failing line's message. */
   ipvsRestore(lines: readonly string[]): Promise<void>;
   /** `ipvsadm --set tcp tcpfin udp` (seconds; 0 keeps the current value). */
@@ -64,7 +64,7 @@ export function createIpvsHost(): IpvsHost {
   const dev = DEFAULT_DUMMY_DEVICE;
   return {
     ipvsSave: () => run([ipvsadm, "-Sn"]),
-    ipvsList: () => run([ipvsadm, "-Ln"]),
+    ipvsList: (vsArgs) => run([ipvsadm, "-Ln", ...(vsArgs ? vsArgs.split(" ") : [])]),
     async ipvsRestore(lines) {
       if (lines.length > 0) await run([ipvsadm, "-R"], lines.join("\n") + "\n");
     },
