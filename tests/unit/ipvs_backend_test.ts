@@ -6,56 +6,13 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { IpvsBackend } from "../../lib/proxy/ipvs/backend.ts";
-import type { IpvsHost } from "../../lib/proxy/ipvs/host.ts";
-import type { IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
-import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
 import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
 import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
 import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
 import type { ProxyState } from "../../lib/proxy/provider.ts";
 import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../lib/proxy/types.ts";
 import { makeEndpoint, makeServicePort } from "../support/tracer.ts";
-
-function fake() {
-  const calls: string[] = [];
-  const ipvsLines: string[][] = [];
-  let kernelIpvs = "";
-  const host: IpvsHost = {
-    ipvsSave: () => (calls.push("ipvsSave"), Promise.resolve(kernelIpvs)),
-    ipvsList: () => (calls.push("ipvsList"), Promise.resolve("")),
-    ipvsRestore: (l) => (l.length && ipvsLines.push([...l]), Promise.resolve()),
-    ipvsSetTimeouts: () => Promise.resolve(),
-    ipsetSave: () => (calls.push("ipsetSave"), Promise.resolve("")),
-    ipsetRestore: () => Promise.resolve(),
-    ensureDummy: () => (calls.push("ensureDummy"), Promise.resolve()),
-    dummyAddresses: () => (calls.push("dummyAddresses"), Promise.resolve([])),
-    changeDummyAddresses: () => Promise.resolve(),
-    nodeAddresses: () => Promise.resolve(["192.168.0.2"]),
-  };
-  const iptables = {
-    family: "IPv4",
-    features: { hasRandomFully: true, waitFlags: [] },
-    restore: () => Promise.resolve(),
-    save: () => Promise.resolve(""),
-    exec: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
-  } as unknown as IptablesRunner;
-  const backend = new IpvsBackend({
-    family: "IPv4",
-    nodeName: "n1",
-    host,
-    iptables,
-    scheduler: "",
-    excludeCIDRs: [],
-    masqueradeAll: false,
-    masqueradeBit: 14,
-    nodePortAddresses: newNodePortAddresses("IPv4", []),
-    primaryNodeIP: () => "192.168.0.2",
-    preferSameTrafficDistribution: true,
-    log: { info: () => {}, warn: () => {}, debug: () => {} },
-  });
-  return { backend, calls, ipvsLines, setKernel: (t: string) => void (kernelIpvs = t) };
-}
+import { fakeIpvsBackend as fake } from "../support/ipvs_fake_host.ts";
 
 function state(svcs: [ServicePortInfo, EndpointInfo[]][]): ProxyState {
   const services = new ServicePortMap();
