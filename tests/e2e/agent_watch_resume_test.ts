@@ -148,7 +148,7 @@ describe("edgeproxy e2e: a broken watch resumes at once", { skip: skip || undefi
     timeout: 400_000,
   }, async () => {
     const pid = c.agent!.pid;
-    const limitLine = /one event line is larger than the limit of 64 MiB/;
+    const limitLine = /one event line is larger than the limit of 16 MiB/;
     c.apiserver.faults.endlessWatchLine();
     c.apiserver.faults.dropWatches();
     const until = Date.now() + 30_000;

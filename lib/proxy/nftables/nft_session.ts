@@ -1,0 +1,129 @@
+/**
+ * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts):
+ * one persistent libnftables context (lib/runtime/libnftables.ts) under Bun, which spares each
+ * transaction the `nft` process start and library set-up; `nft -f -`, one process per transaction,
+ * elsewhere (Deno) and for large transactions (a first sync's chunks), so a long commit never blocks
+ * the event loop. Transactions run one at a time, in call order; each is atomic (a failing one changes
+ * nothing and its error carries nft's text), and a failure leaves the session usable.
+ *
+ * nft 1.0.6 still re-reads the table's chains and sets before every transaction, also in a persistent
+ * context: its cache is dropped whenever the ruleset generation moved, and our own commit moves it.
+ */
+import process from "node:process";
+import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
+import { runInProcessGroup } from "../../runtime/process_groups.ts";
+
+/**
+ * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
+ * backend keeps its `nft` process runner for listings and checks and sends transactions here.
+ */
+export interface NftTransactionRunner {
+  /**
+   * Applies `transaction` (nft syntax, one command per line; chunks are concatenated in order)
+   * atomically; rejects with an {@link NftTransactionError} carrying nft's error text.
+   */
+  run(transaction: string | readonly string[]): Promise<void>;
+  /** Waits for the running transaction, then releases the writer; later `run` calls reject. */
+  close(): Promise<void>;
+}
+
+/** Which writer a transaction went through. */
+export type NftWriterKind = "libnftables" | "nft -f -";
+
+/** Options of {@link openNftSession}. */
+export interface NftSessionOptions {
+  /** The nft binary for the process writer (default "nft"). */
+  readonly nftPath?: string;
+  /** argv prefix for the process writer, e.g. ["ip", "netns", "exec", "<name>"] (default none). */
+  readonly commandPrefix?: readonly string[];
+  /** Network namespace file the libnftables context is opened in (default: ours). */
+  readonly netnsPath?: string;
+  /** Use libnftables when available (default true); false: always `nft -f -`. */
+  readonly libnftables?: boolean;
+  /**
+   * Transactions of at least this many bytes go to `nft -f -` (default 256 KiB): they commit for long
+   * enough that blocking the event loop would matter, and a process start is then noise.
+   */
+  readonly largeTransactionBytes?: number;
+  /** Kills an `nft -f -` child after this many ms (default 120 000). */
+  readonly timeoutMs?: number;
+}
+
+/** Default size from which a transaction goes to a child process. */
+export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
+
+/** A transaction nft refused (or could not be run); the table is as it was before it. */
+export class NftTransactionError extends Error {
+  constructor(readonly writer: NftWriterKind, readonly nftError: string, readonly transaction: string) {
+    const lines = transaction.split("\n").length - 1;
+    super(`nft transaction (${lines} commands, ${writer}) failed: ${nftError.trim() || "no error text"}`);
+    this.name = "NftTransactionError";
+  }
+  /** nft said an object does not exist (ENOENT), as the backend's NftError reports it. */
+  get notFound(): boolean {
+    return /No such file or directory/.test(this.nftError);
+  }
+}
+
+/** A session of serialized nft transactions. */
+export class NftSession implements NftTransactionRunner {
+  #queue: Promise<void> = Promise.resolve();
+  #closed = false;
+  /** Transactions applied per writer (for logs and benchmarks). */
+  readonly counts: Record<NftWriterKind, number> = { "libnftables": 0, "nft -f -": 0 };
+
+  constructor(readonly options: NftSessionOptions, readonly lib: LibNftablesContext | null) {}
+
+  /** The writer small transactions go through. */
+  get writer(): NftWriterKind {
+    return this.lib === null ? "nft -f -" : "libnftables";
+  }
+
+  /** Applies `transaction` after every earlier one; "" is a no-op. */
+  run(transaction: string | readonly string[]): Promise<void> {
+    if (this.#closed) return Promise.reject(new Error("nft session is closed"));
+    if (typeof transaction !== "string") transaction = transaction.join("");
+    const next = this.#queue.then(() => this.#apply(transaction));
+    // A failed transaction must not stop the ones queued after it.
+    this.#queue = next.catch(() => {});
+    return next;
+  }
+
+  async #apply(transaction: string): Promise<void> {
+    if (transaction === "") return;
+    const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
+    if (this.lib !== null && !large) {
+      const r = this.lib.run(transaction);
+      if (!r.ok) throw new NftTransactionError("libnftables", r.error, transaction);
+      this.counts["libnftables"]++;
+      return;
+    }
+    const argv = [...(this.options.commandPrefix ?? []), this.options.nftPath ?? "nft", "-f", "-"];
+    const r = await runInProcessGroup(argv, {
+      stdin: transaction,
+      timeoutMs: this.options.timeoutMs ?? 120_000,
+      env: { ...process.env, LC_ALL: "C" },
+    }).catch((e: Error) => {
+      throw new NftTransactionError("nft -f -", e.message, transaction);
+    });
+    if (r.code !== 0) throw new NftTransactionError("nft -f -", r.stderr || r.exit, transaction);
+    this.counts["nft -f -"]++;
+  }
+
+  /** Waits for queued transactions, then frees the libnftables context. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#queue;
+    this.lib?.close();
+  }
+}
+
+/**
+ * Opens a session: with a persistent libnftables context when available and allowed, otherwise one
+ * `nft -f -` per transaction.
+ */
+export async function openNftSession(options: NftSessionOptions = {}): Promise<NftSession> {
+  const lib = options.libnftables === false ? null : await openLibNftables({ netnsPath: options.netnsPath });
+  return new NftSession(options, lib);
+}

@@ -1,0 +1,349 @@
+/**
+ * O(change) nftables syncs: the renderer's per-service-port output (its chain and rule lines, the set
+ * and map elements it wants, the chains and affinity sets it uses) cached between syncs, so a sync after
+ * a change renders only the changed service ports and writes only their chains plus the element
+ * differences — no walk over the unchanged services (upstream's partial sync still walks all of them
+ * to diff every element) and no table listing.
+ *
+ * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built beside
+ * it with the same per-service-port code (writeServicePort). The table after any sequence of
+ * incremental syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync
+ * of the same state writes (tests/unit/nftables_incremental_test.ts).
+ */
+import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
+import { servicePortNameString } from "../../types.ts";
+import { categorizeEndpoints } from "../../topology.ts";
+import { compareEndpoints } from "../../endpoints.ts";
+import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.ts";
+import { NftTransaction } from "./transaction.ts";
+import { localTrafficMatches } from "./local_traffic.ts";
+import { type ServicePortContext, writeServicePort } from "./service_port.ts";
+import { ElementWriter } from "./elements.ts";
+import { KUBE_PROXY_TABLE } from "./names.ts";
+import {
+  nftFamily,
+  type NftRenderInput,
+  type NftRenderResult,
+  renderNFTablesSync,
+  renderStaleChainDeletion,
+} from "./render.ts";
+
+/** Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. */
+export interface NftIncrementalInput extends Omit<NftRenderInput, "services"> {
+  readonly services: ReadonlyMap<string, ServicePortInfo>;
+}
+
+/** One element a service port wants. */
+interface WantedElement {
+  readonly container: string;
+  readonly key: readonly string[];
+  readonly value: readonly string[] | undefined;
+  readonly comment: string | undefined;
+}
+
+/** A service port's cached share of the table. */
+interface Fragment {
+  /** Its chain, rule and affinity-set lines, as a full sync writes them. */
+  readonly lines: readonly string[];
+  readonly elements: readonly WantedElement[];
+  readonly chains: readonly string[];
+  readonly affinitySets: readonly string[];
+  readonly noLocalInternal: boolean;
+  readonly noLocalExternal: boolean;
+}
+
+/** Element value and comment as written. */
+interface ElementBody {
+  readonly value: string;
+  readonly valueParts: readonly string[] | undefined;
+  readonly comment: string | undefined;
+}
+
+/** Work done by the syncs so far (counted, for tests: it must not grow with unchanged services). */
+export interface NftIncrementalWork {
+  /** Service ports rendered (full syncs render every one). */
+  servicePortsRendered: number;
+  /** Element keys compared against the applied state. */
+  elementsCompared: number;
+}
+
+/** What an incremental sync produced. */
+export interface NftIncrementalResult {
+  /** The transaction ("" when nothing changed). */
+  readonly transaction: string;
+  readonly operations: number;
+  /** True when this was a full sync (no earlier state, or node-level settings changed). */
+  readonly full: boolean;
+  /** Per-service chains flushed as stale by this sync (delete them later: staleChainDeletion). */
+  readonly staleChains: readonly string[];
+  readonly skippedServices: readonly string[];
+  readonly warnings: readonly string[];
+  /** Service ports without local endpoints for internal / external traffic, after this sync. */
+  readonly noLocalEndpointsInternal: number;
+  readonly noLocalEndpointsExternal: number;
+}
+
+/** Element identity: container and key. */
+const elementId = (container: string, key: string) => `${container}\u0000${key}`;
+
+/** Every setting except services, endpoints and the table listing: a change needs a full sync. */
+function settingsOf(input: NftIncrementalInput): string {
+  return JSON.stringify([
+    input.family,
+    input.nodeName,
+    Object.entries(input.nodeLabels).sort(),
+    input.nodeIP,
+    input.nodePortAddresses.matchAll,
+    input.nodePortAddresses.nodeIPs(input.localAddresses),
+    input.serviceCIDRs,
+    input.masqueradeBit,
+    input.masqueradeAll,
+    input.localDetector,
+    input.preferSameTrafficDistribution ?? true,
+  ]);
+}
+
+/** ElementWriter that only records what a service port wants (writes nothing). */
+class RecordingElements extends ElementWriter {
+  readonly wanted: WantedElement[] = [];
+  override ensure(
+    container: string,
+    key: readonly string[],
+    value?: readonly string[],
+    comment?: string,
+  ): void {
+    this.wanted.push({
+      container,
+      key: [...key],
+      value: value === undefined ? undefined : [...value],
+      comment,
+    });
+  }
+}
+
+/**
+ * Keeps one family's rendered state across syncs. Use `sync(input, changed)`: `changed` null for a full
+ * sync, or the servicePortKeys whose service or endpoints changed since the last sync.
+ */
+export class NftIncrementalRenderer {
+  #settings: string | null = null;
+  readonly #fragments = new Map<string, Fragment>();
+  /** Wanting service ports of each element, by element id → owner key → body. */
+  readonly #owners = new Map<string, Map<string, ElementBody>>();
+  /** Elements in the kernel after the last sync (element id → body), with their container and key. */
+  readonly #applied = new Map<string, ElementBody & { container: string; key: readonly string[] }>();
+  /** Flushed per-service chains not yet deleted. */
+  readonly #stale = new Set<string>();
+  readonly #skipped = new Map<string, string>();
+  #noLocalInternal = 0;
+  #noLocalExternal = 0;
+  /** Work counters (see NftIncrementalWork). */
+  readonly work: NftIncrementalWork = { servicePortsRendered: 0, elementsCompared: 0 };
+
+  /** Renders a sync; falls back to a full sync when there is no state or a node-level setting changed. */
+  sync(input: NftIncrementalInput, changed: Iterable<string> | null): NftIncrementalResult {
+    const settings = settingsOf(input);
+    if (changed === null || this.#settings !== settings) return this.#full(input, settings);
+    return this.#incremental(input, changed);
+  }
+
+  /** The transaction deleting the chains flushed as stale so far ("" when none); forgets them. */
+  staleChainDeletion(input: Pick<NftRenderInput, "family">): string {
+    const tx = renderStaleChainDeletion(input.family, this.#stale);
+    this.#stale.clear();
+    return tx;
+  }
+
+  /** Chains flushed as stale and not yet deleted. */
+  staleChains(): string[] {
+    return [...this.#stale].sort();
+  }
+
+  #full(input: NftIncrementalInput, settings: string): NftIncrementalResult {
+    const result: NftRenderResult = renderNFTablesSync({ ...input, services: input.services.values() }, null);
+    this.#settings = settings;
+    this.#fragments.clear();
+    this.#owners.clear();
+    this.#applied.clear();
+    this.#skipped.clear();
+    this.#noLocalInternal = 0;
+    this.#noLocalExternal = 0;
+    const warnings: string[] = [];
+    for (const key of [...input.services.keys()].sort()) {
+      const f = this.#render(input, key, warnings);
+      if (f !== null) this.#adopt(key, f);
+    }
+    // What a full sync leaves in the kernel: the first wanting service port's body of each element.
+    for (const [id, owners] of this.#owners) {
+      const [container, key] = id.split("\u0000");
+      this.#applied.set(id, { ...this.#winner(owners)!, container, key: key.split(" . ") });
+    }
+    for (const c of result.staleChains) this.#stale.add(c);
+    for (const c of result.activeChains) this.#stale.delete(c);
+    return {
+      transaction: result.transaction,
+      operations: result.operations,
+      full: true,
+      staleChains: result.staleChains,
+      skippedServices: result.skippedServices,
+      warnings: result.warnings,
+      noLocalEndpointsInternal: result.noLocalEndpointsInternal,
+      noLocalEndpointsExternal: result.noLocalEndpointsExternal,
+    };
+  }
+
+  #incremental(input: NftIncrementalInput, changed: Iterable<string>): NftIncrementalResult {
+    const family = nftFamily(input.family);
+    const prefix = `${family} ${KUBE_PROXY_TABLE}`;
+    const lines: string[] = [];
+    const warnings: string[] = [];
+    const touched = new Set<string>();
+    const dropped = { chains: new Set<string>(), sets: new Set<string>() };
+    const kept = { chains: new Set<string>(), sets: new Set<string>() };
+    for (const key of [...new Set(changed)].sort()) {
+      const old = this.#fragments.get(key);
+      this.#skipped.delete(key);
+      const next = input.services.has(key) ? this.#render(input, key, warnings) : null;
+      if (old !== undefined) {
+        this.#drop(key, old, touched);
+        for (const c of old.chains) dropped.chains.add(c);
+        for (const s of old.affinitySets) dropped.sets.add(s);
+      }
+      if (next !== null) {
+        this.#adopt(key, next, touched);
+        lines.push(...next.lines);
+        for (const c of next.chains) kept.chains.add(c);
+        for (const s of next.affinitySets) kept.sets.add(s);
+      }
+    }
+    // Element differences, after the chains they may point to exist.
+    const deletes: string[] = [];
+    const adds: string[] = [];
+    for (const id of [...touched].sort()) {
+      this.work.elementsCompared++;
+      const owners = this.#owners.get(id);
+      const want = owners === undefined ? null : this.#winner(owners);
+      const have = this.#applied.get(id);
+      if (have !== undefined && want !== null && have.value === want.value && have.comment === want.comment) {
+        continue;
+      }
+      const [container, keyText] = id.split("\u0000");
+      const key = keyText.split(" . ");
+      if (have !== undefined) {
+        deletes.push(`delete element ${prefix} ${container} { ${keyText} }`);
+        this.#applied.delete(id);
+      }
+      if (want !== null) {
+        const c = want.comment === undefined ? "" : ` comment ${JSON.stringify(want.comment)}`;
+        const v = want.valueParts === undefined || want.valueParts.length === 0 ? "" : ` : ${want.value}`;
+        adds.push(`add element ${prefix} ${container} { ${keyText}${c}${v} }`);
+        this.#applied.set(id, { ...want, container, key });
+      }
+    }
+    lines.push(...deletes, ...adds);
+    const staleChains: string[] = [];
+    for (const c of [...dropped.chains].sort()) {
+      if (kept.chains.has(c)) continue;
+      lines.push(`flush chain ${prefix} ${c}`);
+      staleChains.push(c);
+      this.#stale.add(c);
+    }
+    for (const c of kept.chains) this.#stale.delete(c);
+    for (const s of [...dropped.sets].sort()) {
+      if (!kept.sets.has(s)) lines.push(`delete set ${prefix} ${s}`);
+    }
+    return {
+      transaction: lines.length === 0 ? "" : lines.join("\n") + "\n",
+      operations: lines.length,
+      full: false,
+      staleChains,
+      skippedServices: [...this.#skipped.keys()].sort(),
+      warnings,
+      noLocalEndpointsInternal: this.#noLocalInternal,
+      noLocalEndpointsExternal: this.#noLocalExternal,
+    };
+  }
+
+  /** The body a full sync writes for an element: that of the first wanting service port in key order. */
+  #winner(owners: Map<string, ElementBody>): ElementBody | null {
+    let best: string | null = null;
+    for (const k of owners.keys()) if (best === null || k < best) best = k;
+    return best === null ? null : owners.get(best)!;
+  }
+
+  #adopt(key: string, f: Fragment, touched?: Set<string>): void {
+    this.#fragments.set(key, f);
+    if (f.noLocalInternal) this.#noLocalInternal++;
+    if (f.noLocalExternal) this.#noLocalExternal++;
+    for (const e of f.elements) {
+      const keyText = e.key.join(" . ");
+      const id = elementId(e.container, keyText);
+      let owners = this.#owners.get(id);
+      if (owners === undefined) this.#owners.set(id, owners = new Map());
+      // Within one service port the first ensure wins, as in ElementWriter.
+      if (!owners.has(key)) {
+        owners.set(key, {
+          value: e.value === undefined ? "" : e.value.join(" . "),
+          valueParts: e.value,
+          comment: e.comment,
+        });
+      }
+      touched?.add(id);
+    }
+  }
+
+  #drop(key: string, f: Fragment, touched: Set<string>): void {
+    this.#fragments.delete(key);
+    this.#skipped.delete(key);
+    if (f.noLocalInternal) this.#noLocalInternal--;
+    if (f.noLocalExternal) this.#noLocalExternal--;
+    for (const e of f.elements) {
+      const id = elementId(e.container, e.key.join(" . "));
+      const owners = this.#owners.get(id);
+      owners?.delete(key);
+      if (owners?.size === 0) this.#owners.delete(id);
+      touched.add(id);
+    }
+  }
+
+  /**
+   * One service port's share, as the loop body of renderNFTablesSync writes it (same validation, endpoint
+   * order and categorisation); null when it is skipped.
+   */
+  #render(input: NftIncrementalInput, key: string, warnings: string[]): Fragment | null {
+    this.work.servicePortsRendered++;
+    this.#skipped.delete(key);
+    const svc = input.services.get(key)!;
+    const ipv6 = input.family === "IPv6";
+    const eps: EndpointInfo[] = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+    const problem = checkServicePort(svc, ipv6) ??
+      eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
+    if (problem !== null) {
+      this.#skipped.set(key, problem);
+      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${problem}`);
+      return null;
+    }
+    const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
+      preferSameTrafficDistribution: input.preferSameTrafficDistribution,
+    });
+    const family = nftFamily(input.family);
+    const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
+    const elements = new RecordingElements(tx, null);
+    const ctx: ServicePortContext = {
+      family,
+      masqueradeAll: input.masqueradeAll,
+      local: localTrafficMatches(input.localDetector),
+      nodeIP: input.nodeIP,
+      elements,
+    };
+    const out = writeServicePort(tx, ctx, svc, cat, true);
+    return {
+      lines: tx.lines(),
+      elements: elements.wanted,
+      chains: out.chains,
+      affinitySets: out.affinitySets,
+      noLocalInternal: out.noLocalInternal,
+      noLocalExternal: out.noLocalExternal,
+    };
+  }
+}

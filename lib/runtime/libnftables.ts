@@ -1,0 +1,141 @@
+/**
+ * libnftables (the library behind the `nft` command) called in-process through `bun:ffi`, with one
+ * persistent context: a transaction costs no process start and no library set-up, only nft's parse, its
+ * cache read and the kernel's commit. Bun only: elsewhere (Deno, or without libnftables.so.1)
+ * `openLibNftables` returns null and callers run `nft -f -` instead.
+ *
+ * A call blocks the JavaScript thread for the duration of the commit (nft_run_cmd_from_buffer is
+ * synchronous), so callers keep large transactions off this path.
+ */
+import { closeSync, openSync } from "node:fs";
+
+/** Outcome of one call: nft's exit status and what it wrote to its error and output streams. */
+export interface LibNftablesResult {
+  readonly ok: boolean;
+  /** nft's error text ("" on success): "Error: ..." lines with the failing command and a caret line. */
+  readonly error: string;
+  /** nft's output (listings; "" for add/delete commands). */
+  readonly output: string;
+}
+
+/** One persistent libnftables context. */
+export interface LibNftablesContext {
+  /** Runs `commands` (nft syntax, newline-separated) as one atomic transaction. */
+  run(commands: string): LibNftablesResult;
+  /** Frees the context; later `run` calls throw. */
+  close(): void;
+}
+
+/** Where and how to open the context. */
+export interface LibNftablesOptions {
+  /** Library file name or path (default "libnftables.so.1"). */
+  readonly library?: string;
+  /**
+   * A network namespace file (e.g. "/var/run/netns/<name>") to open the context's netlink socket in;
+   * the calling thread enters it only while the context is created. Default: the caller's namespace.
+   */
+  readonly netnsPath?: string;
+}
+
+// Minimal shapes of the bun:ffi API used here (the module is only loaded under Bun).
+type Pointer = number & { readonly __pointer?: unique symbol };
+interface BunFfi {
+  dlopen(
+    path: string,
+    symbols: Record<string, { args: readonly number[]; returns: number }>,
+  ): { symbols: Record<string, (...args: unknown[]) => unknown>; close(): void };
+  FFIType: Record<"u32" | "i32" | "ptr" | "void", number>;
+  CString: new (ptr: Pointer) => { toString(): string };
+}
+
+/** CLONE_NEWNET: setns() may only join a network namespace. */
+const CLONE_NEWNET = 0x40000000;
+
+/**
+ * Opens a persistent libnftables context, or returns null when `bun:ffi` is not available (not Bun)
+ * or the library cannot be loaded. Throws when the context cannot be created or the namespace cannot
+ * be entered or left (the thread's namespace would otherwise be wrong).
+ */
+export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<LibNftablesContext | null> {
+  if (typeof (globalThis as { Bun?: unknown }).Bun === "undefined") return null;
+  // A computed specifier: other runtimes never try to resolve the Bun-only module.
+  const specifier = ["bun", "ffi"].join(":");
+  const ffi = await import(specifier) as BunFfi;
+  const { FFIType: T } = ffi;
+  let lib: ReturnType<BunFfi["dlopen"]>;
+  try {
+    lib = ffi.dlopen(opts.library ?? "libnftables.so.1", {
+      nft_ctx_new: { args: [T.u32], returns: T.ptr },
+      nft_ctx_free: { args: [T.ptr], returns: T.void },
+      nft_ctx_buffer_output: { args: [T.ptr], returns: T.i32 },
+      nft_ctx_buffer_error: { args: [T.ptr], returns: T.i32 },
+      nft_ctx_get_output_buffer: { args: [T.ptr], returns: T.ptr },
+      nft_ctx_get_error_buffer: { args: [T.ptr], returns: T.ptr },
+      nft_run_cmd_from_buffer: { args: [T.ptr, T.ptr], returns: T.i32 },
+    });
+  } catch {
+    return null;
+  }
+  const s = lib.symbols;
+  const ctx = opts.netnsPath === undefined
+    ? s.nft_ctx_new(0) as Pointer | null
+    : inNetns(ffi, opts.netnsPath, () => s.nft_ctx_new(0) as Pointer | null);
+  if (ctx === null || ctx === 0) {
+    lib.close();
+    throw new Error("libnftables: nft_ctx_new failed");
+  }
+  s.nft_ctx_buffer_output(ctx);
+  s.nft_ctx_buffer_error(ctx);
+  const text = (
+    p: unknown,
+  ): string => (p === null || p === 0 ? "" : new ffi.CString(p as Pointer).toString());
+  let open = true;
+  return {
+    run(commands: string): LibNftablesResult {
+      if (!open) throw new Error("libnftables: context is closed");
+      const rc = s.nft_run_cmd_from_buffer(ctx, new TextEncoder().encode(commands + "\0")) as number;
+      // Reading a buffer also empties it, so each call reports only its own text.
+      const error = text(s.nft_ctx_get_error_buffer(ctx));
+      const output = text(s.nft_ctx_get_output_buffer(ctx));
+      return { ok: rc === 0, error, output };
+    },
+    close(): void {
+      if (!open) return;
+      open = false;
+      s.nft_ctx_free(ctx);
+      lib.close();
+    },
+  };
+}
+
+/** Runs `fn` with the calling thread in the network namespace at `path`, then returns it to its own. */
+function inNetns<R>(ffi: BunFfi, path: string, fn: () => R): R {
+  const libc = ffi.dlopen("libc.so.6", {
+    setns: { args: [ffi.FFIType.i32, ffi.FFIType.i32], returns: ffi.FFIType.i32 },
+  });
+  const own = openSync("/proc/thread-self/ns/net", "r");
+  try {
+    const target = openSync(path, "r");
+    try {
+      if (libc.symbols.setns(target, CLONE_NEWNET) !== 0) {
+        throw new Error(`libnftables: cannot enter ${path}`);
+      }
+    } finally {
+      closeSync(target);
+    }
+    let result: R;
+    try {
+      result = fn();
+    } catch (e) {
+      libc.symbols.setns(own, CLONE_NEWNET);
+      throw e;
+    }
+    if (libc.symbols.setns(own, CLONE_NEWNET) !== 0) {
+      throw new Error("libnftables: cannot return to the original network namespace");
+    }
+    return result;
+  } finally {
+    closeSync(own);
+    libc.close();
+  }
+}

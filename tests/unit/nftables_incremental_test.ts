@@ -1,0 +1,316 @@
+/**
+ * O(change) syncs (lib/proxy/nftables/render/incremental.ts): random sequences of service and endpoint
+ * changes, each applied as an incremental transaction to the fake table, leave it equal (once the stale
+ * chains are deleted) to the table a fresh full sync of the same state writes; the per-change work is
+ * the same at 20 and at 400 unchanged services; node-level changes fall back to a full sync. A full sync
+ * split into bounded transactions leaves the single transaction's table, never jumping into an empty chain.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { FakeNftTable } from "../support/nft_fake.ts";
+import { sortNFTablesTransaction } from "../support/nft_canonical.ts";
+import { nftFakeProxierInput } from "../support/nft_fixtures.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
+import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../lib/proxy/types.ts";
+import { renderNFTablesFullSync } from "../../lib/proxy/nftables/render/render.ts";
+import {
+  type NftIncrementalInput,
+  NftIncrementalRenderer,
+} from "../../lib/proxy/nftables/render/incremental.ts";
+import {
+  mergeElements,
+  splitNFTablesFullSync,
+} from "../../lib/proxy/nftables/render/incremental_first_sync.ts";
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A cluster the test mutates: service ports and endpoints by servicePortKey. */
+class Cluster {
+  readonly services = new Map<string, ServicePortInfo>();
+  readonly endpoints = new Map<string, readonly EndpointInfo[]>();
+  readonly changed = new Set<string>();
+
+  constructor(readonly rnd: () => number) {}
+
+  pick<T>(xs: readonly T[]): T {
+    return xs[Math.floor(this.rnd() * xs.length)];
+  }
+
+  /** A random service port of service `i` (port `p`) with random features. */
+  service(i: number, p: number): ServicePortInfo {
+    const r = this.rnd;
+    const lb = r() < 0.3;
+    return makeServicePort(`ns${i % 3}`, `svc${i}`, {
+      clusterIP: `172.30.${i >> 8}.${i & 255}`,
+      port: p === 0 ? "http" : "dns",
+      portNumber: p === 0 ? 80 : 53,
+      protocol: p === 0 ? "TCP" : "UDP",
+      nodePort: lb || r() < 0.2 ? 30000 + i * 2 + p : 0,
+      loadBalancerVIPs: lb ? [`100.64.${i >> 8}.${i & 255}`] : [],
+      loadBalancerSourceRanges: lb && r() < 0.5 ? ["203.0.113.0/25"] : [],
+      // Two services may share an external IP and port: the first in key order wins the element.
+      externalIPs: r() < 0.2 ? [`192.168.99.${1 + Math.floor(r() * 3)}`] : [],
+      externalPolicyLocal: lb && r() < 0.5,
+      internalPolicyLocal: r() < 0.1,
+      stickyMaxAgeSeconds: r() < 0.2 ? 10800 : 0,
+    });
+  }
+
+  endpointsFor(i: number, p: number): EndpointInfo[] {
+    const n = Math.floor(this.rnd() * 4);
+    const out: EndpointInfo[] = [];
+    for (let k = 0; k < n; k++) {
+      const local = this.rnd() < 0.3 ? { nodeName: TEST_NODE_NAME } : {};
+      const ready = this.rnd() < 0.85;
+      out.push(makeEndpoint(`10.${i & 255}.${p}.${1 + Math.floor(this.rnd() * 6)}`, p === 0 ? 8080 : 5353, {
+        ...local,
+        ready,
+        serving: ready || this.rnd() < 0.5,
+        terminating: !ready,
+      }));
+    }
+    return out;
+  }
+
+  set(i: number, p: number): void {
+    const svc = this.service(i, p);
+    const key = servicePortKey(svc.name);
+    this.services.set(key, svc);
+    this.endpoints.set(key, this.endpointsFor(i, p));
+    this.changed.add(key);
+  }
+
+  /** One random change. */
+  mutate(size: number): void {
+    const keys = [...this.services.keys()];
+    const op = this.rnd();
+    if (op < 0.5 && keys.length > 0) {
+      const key = this.pick(keys);
+      const svc = this.services.get(key)!;
+      const i = Number(svc.name.name.slice(3));
+      this.endpoints.set(key, this.endpointsFor(i, svc.name.port === "http" ? 0 : 1));
+      this.changed.add(key);
+    } else if (op < 0.7 && keys.length > 0) {
+      const key = this.pick(keys);
+      this.services.delete(key);
+      this.endpoints.delete(key);
+      this.changed.add(key);
+    } else {
+      this.set(Math.floor(this.rnd() * size), this.rnd() < 0.7 ? 0 : 1);
+    }
+  }
+
+  input(base = nftFakeProxierInput()): NftIncrementalInput {
+    return { ...base, services: this.services, endpoints: this.endpoints };
+  }
+}
+
+/** The canonical dump of a fresh full sync of `cluster` into an empty table. */
+function freshTable(cluster: Cluster): string {
+  const fresh = new FakeNftTable("ip", "kube-proxy");
+  const input = cluster.input();
+  fresh.run(renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction);
+  return sortNFTablesTransaction(fresh.dump());
+}
+
+for (const seed of [1, 2, 3, 4, 5, 6]) {
+  test(`random changes (seed ${seed}): incremental transactions leave the table a fresh full sync writes`, () => {
+    const rnd = mulberry32(seed);
+    const cluster = new Cluster(rnd);
+    const size = 12;
+    for (let i = 0; i < size; i++) if (rnd() < 0.7) cluster.set(i, 0);
+    const nft = new FakeNftTable("ip", "kube-proxy");
+    const r = new NftIncrementalRenderer();
+    const first = r.sync(cluster.input(), null);
+    assert.equal(first.full, true);
+    nft.run(first.transaction);
+    cluster.changed.clear();
+    for (let step = 0; step < 60; step++) {
+      const n = 1 + Math.floor(rnd() * 3);
+      for (let k = 0; k < n; k++) cluster.mutate(size);
+      const res = r.sync(cluster.input(), cluster.changed);
+      assert.equal(res.full, false);
+      nft.run(res.transaction);
+      cluster.changed.clear();
+      // Upstream deletes stale chains in a later sync; do it now and then, and before comparing.
+      if (rnd() < 0.3 || step % 10 === 9) nft.run(r.staleChainDeletion({ family: "IPv4" }));
+      if (step % 10 === 9) {
+        assert.equal(sortNFTablesTransaction(nft.dump()), freshTable(cluster), `seed ${seed} step ${step}`);
+      }
+    }
+  });
+}
+
+test("per-change work does not grow with the number of unchanged services", () => {
+  const work = (size: number) => {
+    const cluster = new Cluster(mulberry32(7));
+    for (let i = 0; i < size; i++) cluster.set(i, 0);
+    // The changed service is the same plain ClusterIP service at either size.
+    const svc = makeServicePort("other", "plain", { clusterIP: "172.31.0.3" });
+    const key = servicePortKey(svc.name);
+    cluster.services.set(key, svc);
+    cluster.endpoints.set(key, [makeEndpoint("10.3.0.1", 8080), makeEndpoint("10.3.0.3", 8080)]);
+    const r = new NftIncrementalRenderer();
+    r.sync(cluster.input(), null);
+    cluster.changed.clear();
+    const before = { ...r.work };
+    // One endpoint replaced.
+    cluster.endpoints.set(key, [makeEndpoint("10.3.0.1", 8080), makeEndpoint("10.3.0.2", 8080)]);
+    const res = r.sync(cluster.input(), [key]);
+    return {
+      rendered: r.work.servicePortsRendered - before.servicePortsRendered,
+      compared: r.work.elementsCompared - before.elementsCompared,
+      bytes: res.transaction.length,
+    };
+  };
+  const small = work(20);
+  const large = work(400);
+  assert.deepEqual(large, small);
+  assert.equal(small.rendered, 1);
+  assert.ok(small.compared > 0 && small.compared < 10, `compared ${small.compared}`);
+});
+
+test("a full sync renders every service port; an unchanged sync writes nothing", () => {
+  const cluster = new Cluster(mulberry32(9));
+  for (let i = 0; i < 30; i++) cluster.set(i, 0);
+  const r = new NftIncrementalRenderer();
+  const full = r.sync(cluster.input(), null);
+  assert.equal(r.work.servicePortsRendered, 30);
+  const input = cluster.input();
+  assert.equal(
+    full.transaction,
+    renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction,
+  );
+  const none = r.sync(cluster.input(), []);
+  assert.equal(none.transaction, "");
+  assert.equal(r.work.servicePortsRendered, 30);
+});
+
+test("a node-level setting change falls back to a full sync", () => {
+  const cluster = new Cluster(mulberry32(11));
+  for (let i = 0; i < 5; i++) cluster.set(i, 0);
+  const r = new NftIncrementalRenderer();
+  r.sync(cluster.input(), null);
+  const res = r.sync({ ...cluster.input(), masqueradeAll: true }, []);
+  assert.equal(res.full, true);
+  assert.match(res.transaction, /^add table ip kube-proxy/);
+});
+
+/**
+ * Chains referenced from a rule or map element that are missing or empty, as "<referrer> -> <chain>"
+ * (make-before-break: a jump into an empty per-service chain would let a packet fall through).
+ */
+function danglingJumps(nft: FakeNftTable): string[] {
+  const out: string[] = [];
+  const dump = nft.dump().split("\n");
+  const chains = new Set(nft.chains());
+  for (const line of dump) {
+    if (!line.startsWith("add rule") && !line.startsWith("add element")) continue;
+    for (const m of line.matchAll(/(?:goto|jump) ([^\s,}]+)/g)) {
+      const target = m[1];
+      const rules = chains.has(target) ? nft.rules(target)! : null;
+      if (rules === null || (rules.length === 0 && target.includes("/"))) {
+        out.push(`${line.split(" ").slice(0, 5).join(" ")} -> ${target}`);
+      }
+    }
+  }
+  return out;
+}
+
+/** Merged "add element ... { e1, e2 }" commands as one line per element (the fake takes one each). */
+function expandElementLists(tx: string): string {
+  return tx.split("\n").flatMap((line) => {
+    if (!line.startsWith("add element ")) return [line];
+    const head = line.split(" ", 5).join(" ");
+    const bodies = line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }")).split(", ");
+    return bodies.map((b) => `${head} { ${b} }`);
+  }).join("\n");
+}
+
+test("mergeElements merges each container's element lines in place, losslessly", () => {
+  const lines = [
+    "flush map ip kube-proxy service-ips",
+    "add element ip kube-proxy cluster-ips { 172.30.0.1 }",
+    'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
+    "add element ip kube-proxy cluster-ips { 172.30.0.2 }",
+    "flush chain ip kube-proxy service-X-ns/a/tcp/p",
+  ];
+  const merged = mergeElements(lines);
+  assert.deepEqual(merged, [
+    "flush map ip kube-proxy service-ips",
+    "add element ip kube-proxy cluster-ips { 172.30.0.1, 172.30.0.2 }",
+    'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
+    "flush chain ip kube-proxy service-X-ns/a/tcp/p",
+  ]);
+  assert.deepEqual(
+    expandElementLists(merged.join("\n")).split("\n").sort(),
+    [...lines].sort(),
+  );
+});
+
+for (const existing of [false, true]) {
+  test(`bounded first sync (${existing ? "over an existing table" : "into an empty table"}): the split sequence leaves the single transaction's table and never jumps into an empty chain`, () => {
+    const rnd = mulberry32(existing ? 21 : 22);
+    const before = new Cluster(rnd);
+    for (let i = 0; i < 40; i++) before.set(i, rnd() < 0.7 ? 0 : 1);
+    const after = new Cluster(rnd);
+    for (let i = 0; i < 60; i++) after.set(i, rnd() < 0.7 ? 0 : 1);
+
+    const single = new FakeNftTable("ip", "kube-proxy");
+    const split = new FakeNftTable("ip", "kube-proxy");
+    if (existing) {
+      const input = before.input();
+      const tx = renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction;
+      single.run(tx);
+      split.run(tx);
+    }
+    const input = after.input();
+    const full = renderNFTablesFullSync({
+      ...input,
+      services: input.services.values(),
+      firstSync: true,
+      existingChains: existing ? single.chains() : null,
+      existingSets: existing ? single.sets() : null,
+    }).transaction;
+    single.run(full);
+
+    const parts = splitNFTablesFullSync(full, { servicePortsPerTransaction: 7 });
+    assert.ok(parts.length >= 5, `${parts.length} transactions`);
+    for (const [i, part] of parts.entries()) {
+      split.run(expandElementLists(part));
+      assert.deepEqual(danglingJumps(split), [], `after transaction ${i + 1} of ${parts.length}`);
+    }
+    assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
+    assert.deepEqual(splitNFTablesFullSync(full, { servicePortsPerTransaction: 10_000 }), [full]);
+  });
+}
+
+test("bounded first sync, adaptive bound: chunks shrink as the table grows, and the result is the same", () => {
+  const rnd = mulberry32(31);
+  const cluster = new Cluster(rnd);
+  for (let i = 0; i < 80; i++) cluster.set(i, 0);
+  const input = cluster.input();
+  const full = renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction;
+  const single = new FakeNftTable("ip", "kube-proxy");
+  single.run(full);
+  // c × (written + c) ≤ 400: 20 service ports first, then fewer as the table fills.
+  const parts = splitNFTablesFullSync(full, { budget: 400 });
+  const chunks = parts.slice(1, -1).map((p) => p.split("\n").filter((l) => l.startsWith("add chain")).length);
+  assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+  for (let i = 1; i < chunks.length - 1; i++) assert.ok(chunks[i] <= chunks[i - 1], `chunk sizes ${chunks}`);
+  const split = new FakeNftTable("ip", "kube-proxy");
+  for (const part of parts) {
+    split.run(expandElementLists(part));
+    assert.deepEqual(danglingJumps(split), []);
+  }
+  assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
+});
