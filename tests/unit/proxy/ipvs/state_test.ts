@@ -5,14 +5,14 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { computeIpvsState, type IpvsModelInput, virtualServerKey } from "../../lib/proxy/ipvs/state.ts";
-import { ipsetName } from "../../lib/proxy/ipvs/ipsets.ts";
-import { masqueradeMark } from "../../lib/proxy/ipvs/iptables_rules.ts";
-import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
-import { newDetectLocalByCIDR, newNoOpLocalDetector } from "../../lib/proxy/iptables/local_detector.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
-import { servicePortKey } from "../../lib/proxy/types.ts";
-import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
+import { computeIpvsState, type IpvsModelInput, virtualServerKey } from "../../../../lib/proxy/ipvs/state.ts";
+import { ipsetName } from "../../../../lib/proxy/ipvs/ipsets.ts";
+import { masqueradeMark } from "../../../../lib/proxy/ipvs/iptables_rules.ts";
+import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
+import { newDetectLocalByCIDR, newNoOpLocalDetector } from "../../../../lib/proxy/iptables/local_detector.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
+import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
 
 const NODE_IP = "100.101.102.103";
 

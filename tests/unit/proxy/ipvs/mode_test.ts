@@ -8,13 +8,13 @@ import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { createIpvsBackend, IPVS_DEPRECATION_WARNING } from "../../lib/proxy/ipvs/mode.ts";
-import type { IpvsHost } from "../../lib/proxy/ipvs/host.ts";
-import type { BackendContext } from "../../lib/proxy/provider.ts";
-import { ProcSysctl } from "../../lib/host/sysctl.ts";
-import { defaultConfig } from "../../lib/config/defaults.ts";
-import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { Registry } from "../../lib/metrics/registry.ts";
+import { createIpvsBackend, IPVS_DEPRECATION_WARNING } from "../../../../lib/proxy/ipvs/mode.ts";
+import type { IpvsHost } from "../../../../lib/proxy/ipvs/host.ts";
+import type { BackendContext } from "../../../../lib/proxy/provider.ts";
+import { ProcSysctl } from "../../../../lib/host/sysctl.ts";
+import { defaultConfig } from "../../../../lib/config/defaults.ts";
+import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
+import { Registry } from "../../../../lib/metrics/registry.ts";
 
 const SYSCTLS = [
   "net/ipv4/vs/conntrack",

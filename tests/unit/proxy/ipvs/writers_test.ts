@@ -10,12 +10,12 @@ import {
   parseIpvsadmConnections,
   parseIpvsadmSave,
   planIpvsadm,
-} from "../../lib/proxy/ipvs/ipvsadm.ts";
-import { parseIpsetSave, planIpsetRestore } from "../../lib/proxy/ipvs/ipset_restore.ts";
-import { excludeCIDRsOf, ipvsSysctls, parseKernelVersion } from "../../lib/proxy/ipvs/mode.ts";
-import { parseIpAddrLines } from "../../lib/proxy/ipvs/host.ts";
-import type { VirtualServer } from "../../lib/proxy/ipvs/state.ts";
-import type { Protocol } from "../../lib/proxy/types.ts";
+} from "../../../../lib/proxy/ipvs/ipvsadm.ts";
+import { parseIpsetSave, planIpsetRestore } from "../../../../lib/proxy/ipvs/ipset_restore.ts";
+import { excludeCIDRsOf, ipvsSysctls, parseKernelVersion } from "../../../../lib/proxy/ipvs/mode.ts";
+import { parseIpAddrLines } from "../../../../lib/proxy/ipvs/host.ts";
+import type { VirtualServer } from "../../../../lib/proxy/ipvs/state.ts";
+import type { Protocol } from "../../../../lib/proxy/types.ts";
 
 const SAVE = `-A -t 10.0.0.1:80 -s rr -p 10800
 -a -t 10.0.0.1:80 -r 10.1.0.1:8080 -m -w 1

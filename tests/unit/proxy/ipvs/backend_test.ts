@@ -6,13 +6,13 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
-import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
-import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
-import type { ProxyState } from "../../lib/proxy/provider.ts";
-import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../lib/proxy/types.ts";
-import { makeEndpoint, makeServicePort } from "../support/tracer.ts";
-import { fakeIpvsBackend as fake } from "../support/ipvs_fake_host.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import { detectLocalByCIDR } from "../../../../lib/proxy/local_detect.ts";
+import type { ProxyState } from "../../../../lib/proxy/provider.ts";
+import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../../../lib/proxy/types.ts";
+import { makeEndpoint, makeServicePort } from "../../../support/tracer.ts";
+import { fakeIpvsBackend as fake } from "../../../support/ipvs_fake_host.ts";
 
 function state(svcs: [ServicePortInfo, EndpointInfo[]][]): ProxyState {
   const services = new ServicePortMap();

@@ -5,12 +5,12 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { EndpointSlice, Service } from "../../lib/k8s/objects.ts";
-import { Proxier } from "../../lib/proxy/proxier.ts";
-import { FakeClock } from "../../lib/runtime/clock.ts";
-import { Registry } from "../../lib/metrics/registry.ts";
-import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
-import { fakeIpvsBackend } from "../support/ipvs_fake_host.ts";
+import type { EndpointSlice, Service } from "../../../../lib/k8s/objects.ts";
+import { Proxier } from "../../../../lib/proxy/proxier.ts";
+import { FakeClock } from "../../../../lib/runtime/clock.ts";
+import { Registry } from "../../../../lib/metrics/registry.ts";
+import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
+import { fakeIpvsBackend } from "../../../support/ipvs_fake_host.ts";
 
 const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 
