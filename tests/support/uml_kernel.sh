@@ -20,7 +20,11 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs"
-echo "deb http://deb.debian.org/debian sid main" >"$work/sources.list"
+# The host's own Debian mirror (its apt sources), with the unstable suite.
+mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v -- '-security' | head -n 1 || true)
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 ~ /^https?:/ && $2 !~ /-security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+[ -n "$mirror" ] || { echo "uml_kernel.sh: no Debian mirror found in the host's apt sources" >&2; exit 1; }
+echo "deb $mirror sid main" >"$work/sources.list"
 apt_opts=(-q -o "Dir::Etc::sourcelist=$work/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$work/lists"
   -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
 apt-get "${apt_opts[@]}" update >/dev/null
