@@ -186,6 +186,10 @@ export function applyDefaults(c: KubeProxyConfiguration, unset: UnsetPointers): 
 export function applyPlatformDefaults(c: KubeProxyConfiguration): KubeProxyConfiguration {
   const out = structuredClone(c);
   if (out.mode === "") out.mode = "iptables";
+  // Upstream's nftables mode accepts NodePorts on the node's primary IPs unless told otherwise.
+  if (out.mode === "nftables" && (out.nodePortAddresses ?? []).length === 0) {
+    out.nodePortAddresses = ["primary"];
+  }
   if (out.detectLocalMode === "") out.detectLocalMode = "ClusterCIDR";
   return out;
 }

@@ -1,9 +1,11 @@
 /**
  * `--nodeport-addresses` for one IP family (upstream pkg/proxy/util/nodeport_addresses.go): which local
  * addresses accept NodePort traffic. No CIDR of the family means "all local addresses" (0.0.0.0/0 or
- * ::/0, matched with addrtype LOCAL). The special value "primary" is resolved by the caller beforehand.
+ * ::/0, matched with addrtype LOCAL). The special value "primary" is resolved first with
+ * {@link resolveNodePortAddresses}.
  */
 import type { IPFamily } from "./types.ts";
+import { NODE_PORT_ADDRESSES_PRIMARY } from "../config/validate.ts";
 import { cidrContains, compareIPBytes, formatIP, parseCIDR, type ParsedCIDR, parseIP } from "../net/ip.ts";
 
 /** NodePort address selection for one family. */
@@ -83,4 +85,22 @@ export function newNodePortAddresses(family: IPFamily, cidrStrings: readonly str
       return [...found.values()].sort(compareIPBytes).map(formatIP);
     },
   };
+}
+
+/**
+ * Upstream's resolution of `--nodeport-addresses primary`: the node's primary IP of `family` as a host CIDR,
+ * or no CIDR of this family (every local address) when the primary IP is unknown or a loopback address, as
+ * upstream does when it cannot detect a non-loopback node IP. Other values are returned unchanged.
+ */
+export function resolveNodePortAddresses(
+  values: readonly string[],
+  family: IPFamily,
+  primaryNodeIP: string | null,
+): readonly string[] {
+  if (values.length !== 1 || values[0] !== NODE_PORT_ADDRESSES_PRIMARY) return values;
+  const ip = primaryNodeIP === null ? null : parseIP(primaryNodeIP);
+  if (ip === null || (ip.length === 16) !== (family === "IPv6")) return [];
+  const loopback = ip.length === 4 ? ip[0] === 127 : ip.every((b, i) => b === (i === 15 ? 1 : 0));
+  if (loopback) return [];
+  return [`${formatIP(ip)}/${ip.length === 4 ? 32 : 128}`];
 }

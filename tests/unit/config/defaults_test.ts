@@ -185,6 +185,14 @@ describe("helpers", () => {
     n.detectLocalMode = "NodeCIDR";
     assert.equal(applyPlatformDefaults(n).detectLocalMode, "NodeCIDR");
   });
+  it("applyPlatformDefaults: nftables mode accepts NodePorts on the primary IPs unless nodePortAddresses is set", () => {
+    const n = defaultConfig();
+    n.mode = "nftables";
+    assert.deepEqual(applyPlatformDefaults(n).nodePortAddresses, ["primary"]);
+    n.nodePortAddresses = ["10.0.0.0/8"];
+    assert.deepEqual(applyPlatformDefaults(n).nodePortAddresses, ["10.0.0.0/8"]);
+    assert.deepEqual(applyPlatformDefaults(defaultConfig()).nodePortAddresses ?? [], []);
+  });
   it("defaultOptions", () => {
     assert.deepEqual(defaultOptions(), {
       stateDir: "/var/lib/edgeproxy",

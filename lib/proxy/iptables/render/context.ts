@@ -8,7 +8,7 @@
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { LABEL_TOPOLOGY_ZONE } from "../../topology.ts";
 import { type LocalTrafficDetector, newNoOpLocalDetector } from "../local_detector.ts";
-import { newNodePortAddresses } from "../../nodeport_addresses.ts";
+import { newNodePortAddresses, resolveNodePortAddresses } from "../../nodeport_addresses.ts";
 import { parseIPOfFamily } from "../../../net/ip.ts";
 import { checkArgs } from "./validate.ts";
 import { SHARED_CHAIN_COUNT, type SharedChain, type SharedRuleSink } from "./shared_chains.ts";
@@ -77,7 +77,10 @@ export function renderSetup(input: RenderInput): Setup {
     detector = newNoOpLocalDetector();
   }
 
-  const npa = newNodePortAddresses(input.family, input.nodePortAddresses);
+  const npa = newNodePortAddresses(
+    input.family,
+    resolveNodePortAddresses(input.nodePortAddresses, input.family, input.primaryNodeIP),
+  );
   for (const bad of npa.invalid) {
     warnings.push(`nodePortAddresses value ${JSON.stringify(bad)} ignored: not a CIDR`);
   }

@@ -47,7 +47,7 @@ export interface RenderInput {
    * loopback address (upstream NewProxier turns it off otherwise).
    */
   readonly localhostNodePorts: boolean;
-  /** `--nodeport-addresses` CIDRs (either family; "primary" already resolved). Empty: all addresses. */
+  /** `--nodeport-addresses` CIDRs (either family), or ["primary"] (resolved with primaryNodeIP). Empty: all addresses. */
   readonly nodePortAddresses: readonly string[];
   readonly localDetector: LocalTrafficDetector;
   readonly features: RenderFeatures;

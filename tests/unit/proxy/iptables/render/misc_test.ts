@@ -18,7 +18,10 @@ import {
   newDetectLocalByInterfaceNamePrefix,
   newNoOpLocalDetector,
 } from "../../../../../lib/proxy/iptables/local_detector.ts";
-import { newNodePortAddresses } from "../../../../../lib/proxy/nodeport_addresses.ts";
+import {
+  newNodePortAddresses,
+  resolveNodePortAddresses,
+} from "../../../../../lib/proxy/nodeport_addresses.ts";
 import {
   IPTABLES_JUMP_RULES,
   IPTABLES_KUBELET_JUMP_RULES,
@@ -35,6 +38,7 @@ import {
   type FakeProxierOptions,
   makeEndpoint,
   makeServicePort,
+  TEST_NODE_IP,
   TEST_NODE_IPS,
   TEST_NODE_NAME,
 } from "../../../../support/tracer.ts";
@@ -377,6 +381,23 @@ describe("nodePortAddresses", () => {
       "192.168.0.2",
     ]);
     assert.equal(newNodePortAddresses("IPv4", ["192.168.0.0/24"]).containsIPv4Loopback, false);
+  });
+  it('"primary" means the node\'s primary IP of the family, or every address when it is unknown or loopback', () => {
+    assert.deepEqual(resolveNodePortAddresses(["primary"], "IPv4", "192.168.0.2"), ["192.168.0.2/32"]);
+    assert.deepEqual(resolveNodePortAddresses(["primary"], "IPv6", "fd00::2"), ["fd00::2/128"]);
+    assert.deepEqual(resolveNodePortAddresses(["primary"], "IPv6", "192.168.0.2"), []);
+    assert.deepEqual(resolveNodePortAddresses(["primary"], "IPv4", null), []);
+    assert.deepEqual(resolveNodePortAddresses(["primary"], "IPv4", "127.0.0.1"), []);
+    assert.deepEqual(resolveNodePortAddresses(["10.0.0.0/8"], "IPv4", "192.168.0.2"), ["10.0.0.0/8"]);
+    // In the rules: NodePorts are accepted on the primary IP alone, not on the other interface addresses.
+    const r = new FakeProxier({ nodePortAddresses: ["primary"] }).sync().result;
+    assert.deepEqual(r.warnings, []);
+    const jumps = r.payload.split("\n").filter((l) => l.includes("-j KUBE-NODEPORTS"));
+    assert.deepEqual(jumps, [
+      '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -d ' +
+      TEST_NODE_IP +
+      " -j KUBE-NODEPORTS",
+    ]);
   });
   it("reports invalid values as render warnings", () => {
     const r = new FakeProxier({ nodePortAddresses: ["nope", "192.168.0.0/24"] }).sync().result;
