@@ -168,6 +168,22 @@ describe("NftablesBackend", () => {
     assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(onlyA));
   });
 
+  it("a service back within the second keeps its chains: they are not deleted as stale", async () => {
+    const { host, backend, advance, metrics } = setup();
+    const both = () =>
+      state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]);
+    await backend.sync(both(), { full: true });
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.1", 80)]]], [keyB]), { full: false });
+    advance(500);
+    const back = both();
+    await backend.sync({ ...back, changedServices: new Set([keyB]) }, { full: false });
+    advance(600);
+    await backend.sync(back, { full: false });
+    assert.equal(metrics.nftablesCleanupFailuresTotal.get({ ip_family: "IPv4" }), 0);
+    assert.ok(!host.applied.some((t) => /^delete chain .*ns2\/svc2/m.test(t)), "svc2's chains were deleted");
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(back));
+  });
+
   it("drift: a flushed services chain, a flushed map and a deleted table are reported; a full sync repairs", async () => {
     const { host, backend } = setup();
     const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
