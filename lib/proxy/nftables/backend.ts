@@ -149,7 +149,8 @@ export class NftablesBackend implements Provider {
     }
     const result = this.#renderer.sync(input, full ? null : state.changedServices);
     for (const w of result.warnings) o.log.warn(w);
-    // A first sync into an empty or foreign table: bounded transactions, none holding the kernel long.
+    // A first sync into an empty or foreign table: bounded make-before-break transactions (sized by the
+    // service ports already in the table).
     const parts = result.full && (listed === null || this.#firstSync) && !this.#boundedFailed
       ? splitNFTablesFullSync(result.transaction, {
         ...o.firstSyncSplit,
