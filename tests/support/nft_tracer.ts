@@ -40,12 +40,15 @@ export interface NftTrace {
   /** Endpoints ("ip:port", comma-separated) or "DROP" / "REJECT"; "" when nothing happened. */
   readonly output: string;
   readonly masq: boolean;
+  /** Whether the connection's source was added to a ClientIP affinity set (`update @affinity-...`). */
+  readonly affinity: boolean;
 }
 
 class Tracer {
   readonly matches: string[] = [];
   readonly outputs: string[] = [];
   markMasq = false;
+  affinity = false;
 
   constructor(readonly nft: FakeNftTable, readonly nodeIPs: ReadonlySet<string>) {}
 
@@ -117,7 +120,9 @@ class Tracer {
         } else if (sourceAffinityRegexp.test(rule)) {
           rule = ""; // affinity sets are empty for a first connection
         } else if (affinityUpdateRegexp.test(rule)) {
-          rule = rule.replace(affinityUpdateRegexp, "");
+          consume(affinityUpdateRegexp);
+          this.matches.push(ruleText);
+          this.affinity = true;
         } else if (sourceAddrLookupRegexp.test(rule)) {
           const [, neg, set] = consume(sourceAddrLookupRegexp);
           if (!this.addressMatchesSet(src, neg !== "!= ", set)) rule = "";
@@ -187,7 +192,12 @@ export function traceNftPacket(
   nodeIPs: readonly string[],
 ): NftTrace {
   const t = new Tracer(nft, new Set(nodeIPs));
-  const done = () => ({ matches: t.matches, output: t.outputs.join(", "), masq: t.markMasq });
+  const done = () => ({
+    matches: t.matches,
+    output: t.outputs.join(", "),
+    masq: t.markMasq,
+    affinity: t.affinity,
+  });
   if (t.runChain("filter-prerouting-pre-dnat", src, proto, dst, dport)) return done();
   t.runChain("nat-prerouting", src, proto, dst, dport);
   // DNAT happens after prerouting: later chains see the (first) endpoint as destination.

@@ -1,0 +1,57 @@
+/**
+ * An IPVS Provider over a fake host for unit tests: it records which kernel reads happen and the
+ * `ipvsadm -R` batches written; `setKernel` sets what `ipvsadm -Sn` answers. iptables is a no-op runner.
+ */
+import { IpvsBackend } from "../../lib/proxy/ipvs/backend.ts";
+import type { IpvsHost } from "../../lib/proxy/ipvs/host.ts";
+import type { IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
+import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
+
+/** The provider, the reads it made, the batches it wrote. */
+export interface FakeIpvs {
+  readonly backend: IpvsBackend;
+  readonly calls: string[];
+  readonly ipvsLines: string[][];
+  setKernel(ipvsadmSave: string): void;
+}
+
+/** A fresh provider for IPv4 on node "n1" (node address 192.168.0.2). */
+export function fakeIpvsBackend(nodeName = "n1"): FakeIpvs {
+  const calls: string[] = [];
+  const ipvsLines: string[][] = [];
+  let kernelIpvs = "";
+  const host: IpvsHost = {
+    ipvsSave: () => (calls.push("ipvsSave"), Promise.resolve(kernelIpvs)),
+    ipvsList: () => (calls.push("ipvsList"), Promise.resolve("")),
+    ipvsRestore: (l) => (l.length && ipvsLines.push([...l]), Promise.resolve()),
+    ipvsSetTimeouts: () => Promise.resolve(),
+    ipsetSave: () => (calls.push("ipsetSave"), Promise.resolve("")),
+    ipsetRestore: () => Promise.resolve(),
+    ensureDummy: () => (calls.push("ensureDummy"), Promise.resolve()),
+    dummyAddresses: () => (calls.push("dummyAddresses"), Promise.resolve([])),
+    changeDummyAddresses: () => Promise.resolve(),
+    nodeAddresses: () => Promise.resolve(["192.168.0.2"]),
+  };
+  const iptables = {
+    family: "IPv4",
+    features: { hasRandomFully: true, waitFlags: [] },
+    restore: () => Promise.resolve(),
+    save: () => Promise.resolve(""),
+    exec: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
+  } as unknown as IptablesRunner;
+  const backend = new IpvsBackend({
+    family: "IPv4",
+    nodeName,
+    host,
+    iptables,
+    scheduler: "",
+    excludeCIDRs: [],
+    masqueradeAll: false,
+    masqueradeBit: 14,
+    nodePortAddresses: newNodePortAddresses("IPv4", []),
+    primaryNodeIP: () => "192.168.0.2",
+    preferSameTrafficDistribution: true,
+    log: { info: () => {}, warn: () => {}, debug: () => {} },
+  });
+  return { backend, calls, ipvsLines, setKernel: (t: string) => void (kernelIpvs = t) };
+}
