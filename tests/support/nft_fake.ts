@@ -181,3 +181,16 @@ export class FakeNftTable {
     return out.join("\n") + "\n";
   }
 }
+
+/**
+ * `tx` with merged "add element ... { e1, e2 }" commands (render/incremental_first_sync.ts mergeElements)
+ * split into one line per element, the form FakeNftTable applies.
+ */
+export function expandElementLists(tx: string): string {
+  return tx.split("\n").flatMap((line) => {
+    if (!line.startsWith("add element ")) return [line];
+    const head = line.split(" ", 5).join(" ");
+    const bodies = line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }")).split(", ");
+    return bodies.map((b) => `${head} { ${b} }`);
+  }).join("\n");
+}

@@ -1,12 +1,13 @@
 /**
  * The nftables backend of one IP family (upstream pkg/proxy/nftables/proxier.go's kernel half): renders
- * the proxy state into one `nft -f -` transaction for table `kube-proxy` and hands it to its host. Full
- * syncs re-create the table's contents as upstream does; partial syncs are upstream's partial syncs
- * (chains of changed services only, element diffs against the last applied sync). Between syncs it keeps
- * what upstream lists from the kernel every sync — the per-service chains and affinity sets in the table
- * — so partial syncs read nothing; full syncs list the chain and set names (declarations only). Stale
- * per-service chains are flushed by the sync that stops using them and deleted by the first sync over a
- * second later, in their own transaction (upstream's timing).
+ * the proxy state into `nft -f -` transactions for table `kube-proxy` and hands them to its host. Full
+ * syncs re-create the table's contents as upstream does (one transaction; a first sync into an empty or
+ * foreign table as bounded make-before-break transactions, render/incremental_first_sync.ts). Partial
+ * syncs cost O(change) (render/incremental.ts): only the changed service ports are rendered, their
+ * chains rewritten and their element differences written; nothing is read from the kernel. Full syncs
+ * list the chain and set names (declarations only). Stale per-service chains are flushed by the sync
+ * that stops using them and deleted by the first sync over a second later, in their own transaction
+ * (upstream's timing).
  */
 import type { IPFamily } from "../types.ts";
 import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
@@ -14,17 +15,16 @@ import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
 import type { LocalDetection } from "../local_detect.ts";
 import type { NodePortAddresses } from "../nodeport_addresses.ts";
 import type { NftLocalTrafficDetector } from "./render/local_traffic.ts";
-import {
-  nftFamily,
-  type NftRenderInput,
-  type NftSyncState,
-  renderNFTablesSync,
-  renderStaleChainDeletion,
-} from "./render/render.ts";
-import { isAffinitySetName, KUBE_PROXY_TABLE } from "./render/names.ts";
+import { renderStaleChainDeletion } from "./render/render.ts";
+import { isServiceChainName, SERVICE_CHAIN_PREFIX } from "./render/names.ts";
 import type { NftTableObjects } from "./runner.ts";
-import { fixedChainRules, mapSizes } from "./drift.ts";
-import type { NftElementState } from "./render/elements.ts";
+import { fixedChainRules, SAMPLED_MAPS } from "./drift.ts";
+import {
+  type NftIncrementalInput,
+  NftIncrementalRenderer,
+  type NftIncrementalWork,
+} from "./render/incremental.ts";
+import { type FirstSyncSplitOptions, splitNFTablesFullSync } from "./render/incremental_first_sync.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
 export const STALE_CHAIN_DELAY_MS = 1000;
@@ -63,6 +63,8 @@ export interface NftablesBackendOptions {
   primaryNodeIP: () => string | null;
   /** Milliseconds clock (tests pass a fake). */
   now?: () => number;
+  /** How a first sync into an empty or foreign table is bounded (default: the adaptive bound). */
+  firstSyncSplit?: FirstSyncSplitOptions;
 }
 
 /** The renderer's form of the core's local-traffic detection. */
@@ -91,20 +93,25 @@ export class NftablesBackend implements Provider {
   readonly #o: NftablesBackendOptions;
   readonly #now: () => number;
   #firstSync = true;
-  /** Elements of the last applied sync; null forces the next render to be full. */
-  #state: NftSyncState | null = null;
-  /** Per-service chains and affinity sets now in the table, as far as this process wrote them. */
-  #chains = new Set<string>();
-  #affinitySets = new Set<string>();
+  /** Per-service-port rendered state of the last applied sync (reset after a failed one). */
+  readonly #renderer = new NftIncrementalRenderer();
+  /** False until a sync was applied, and after a failed one: the next sync is full. */
+  #applied = false;
+  /** Set when a bounded first sync failed: the next full sync goes as one transaction. */
+  #boundedFailed = false;
   /** Flushed per-service chains waiting for deletion → when they were flushed. */
   #staleChains = new Map<string, number>();
   /** Drift fingerprint: rule counts of the fixed chains written by the last full sync. */
   #fixedRules: ReadonlyMap<string, number> = new Map();
-  #elements: NftElementState = new Map();
 
   constructor(o: NftablesBackendOptions) {
     this.#o = o;
     this.#now = o.now ?? Date.now;
+  }
+
+  /** Work done by the renderer so far (service ports rendered, elements compared). */
+  get renderWork(): Readonly<NftIncrementalWork> {
+    return this.#renderer.work;
   }
 
   /** @inheritdoc */
@@ -113,18 +120,9 @@ export class NftablesBackend implements Provider {
     const start = this.#now();
     await this.#deleteStaleChains(start);
 
-    full ||= this.#state === null;
-    let existingChains: Iterable<string> | null = this.#chains;
-    let existingSets: Iterable<string> | null = this.#affinitySets;
-    if (full) {
-      // A full sync also repairs drift: take the names from the kernel, not from memory.
-      const listed = await o.host.listObjects();
-      existingChains = listed?.chains ?? null;
-      existingSets = listed?.sets ?? null;
-    }
-    const input: NftRenderInput = {
+    let input: NftIncrementalInput = {
       family: o.family,
-      services: state.services.values(),
+      services: state.services,
       endpoints: state.endpoints,
       nodeName: o.nodeName,
       nodeLabels: state.nodeLabels,
@@ -137,42 +135,56 @@ export class NftablesBackend implements Provider {
       masqueradeAll: o.masqueradeAll,
       localDetector: nftLocalDetector(state.localDetection),
       firstSync: this.#firstSync,
-      existingChains,
-      existingSets,
+      existingChains: null,
+      existingSets: null,
       preferSameTrafficDistribution: o.preferSameTrafficDistribution,
     };
-    const changed = new Set<string>();
-    for (const key of state.changedServices) changed.add(serviceOfKey(key));
-    const result = renderNFTablesSync(
-      input,
-      full ? null : { previous: this.#state!, changedServices: changed },
-    );
+    // Node-level settings changed (e.g. the node's addresses): the renderer needs a full sync.
+    full ||= !this.#applied || this.#renderer.needsFullSync(input);
+    let listed: NftTableObjects | null = null;
+    if (full) {
+      // A full sync also repairs drift: take the names from the kernel, not from memory.
+      listed = await o.host.listObjects();
+      input = { ...input, existingChains: listed?.chains ?? null, existingSets: listed?.sets ?? null };
+    }
+    const result = this.#renderer.sync(input, full ? null : state.changedServices);
     for (const w of result.warnings) o.log.warn(w);
+    // A first sync into an empty or foreign table: bounded make-before-break transactions (sized by the
+    // service ports already in the table).
+    const parts = result.full && (listed === null || this.#firstSync) && !this.#boundedFailed
+      ? splitNFTablesFullSync(result.transaction, {
+        ...o.firstSyncSplit,
+        existingServicePorts: (listed?.chains ?? []).filter((c) =>
+          isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
+        ).length,
+      })
+      : [result.transaction];
     try {
-      await o.host.apply(result.transaction);
+      for (const part of parts) if (part !== "") await o.host.apply(part);
     } catch (e) {
       o.metrics.nftablesSyncFailuresTotal.inc({ ip_family: o.family });
-      // Whether nft applied it is unknown only for a crash mid-way; either way the next sync is full.
-      this.#state = null;
+      // Whether nft applied it is unknown only for a crash mid-way; either way the next sync is full,
+      // and one transaction if the bounded sequence failed.
+      this.#applied = false;
+      this.#renderer.reset();
+      if (parts.length > 1) this.#boundedFailed = true;
       throw e;
     }
 
     this.#firstSync = false;
-    this.#state = result.state;
-    this.#elements = result.state.elements;
-    if (full) this.#fixedRules = fixedChainRules(result.transaction);
+    this.#applied = true;
+    this.#boundedFailed = false;
+    if (result.full) this.#fixedRules = fixedChainRules(result.transaction);
     for (const chain of result.staleChains) {
       if (!this.#staleChains.has(chain)) this.#staleChains.set(chain, start);
     }
-    this.#chains = new Set([...result.activeChains, ...this.#staleChains.keys()]);
-    this.#affinitySets = affinitySetsAfter(
-      full ? new Set(existingSets ?? []) : this.#affinitySets,
-      result.transaction,
-      nftFamily(o.family),
-    );
+    // A chain used again before its deletion stays (upstream drops it from staleChains).
+    for (const chain of this.#staleChains.keys()) {
+      if (!this.#renderer.isStale(chain)) this.#staleChains.delete(chain);
+    }
     return {
-      kind: full ? "full" : "partial",
-      bytes: result.transaction.length,
+      kind: result.full ? "full" : "partial",
+      bytes: parts.reduce((n, p) => n + p.length, 0),
       noLocalEndpoints: {
         internal: result.noLocalEndpointsInternal,
         external: result.noLocalEndpointsExternal,
@@ -182,8 +194,10 @@ export class NftablesBackend implements Provider {
 
   /** @inheritdoc */
   checkDrift(): Promise<string | null> {
-    if (this.#state === null) return Promise.resolve(null);
-    return this.#o.host.checkDrift(this.#fixedRules, mapSizes(this.#elements));
+    if (!this.#applied) return Promise.resolve(null);
+    const counts = this.#renderer.elementCounts();
+    const maps = new Map(SAMPLED_MAPS.map((m) => [m, counts.get(m) ?? 0]));
+    return this.#o.host.checkDrift(this.#fixedRules, maps);
   }
 
   /** Upstream: at the start of a sync, delete chains flushed more than a second ago (separately). */
@@ -193,10 +207,8 @@ export class NftablesBackend implements Provider {
       if (now - since > STALE_CHAIN_DELAY_MS) due.push(chain);
     }
     if (due.length === 0) return;
-    for (const chain of due) {
-      this.#staleChains.delete(chain);
-      this.#chains.delete(chain);
-    }
+    for (const chain of due) this.#staleChains.delete(chain);
+    this.#renderer.forgetStale(due);
     this.#o.log.info(`deleting ${due.length} stale nftables chains (${this.#o.family})`);
     try {
       await this.#o.host.apply(renderStaleChainDeletion(this.#o.family, due));
@@ -206,16 +218,4 @@ export class NftablesBackend implements Provider {
       this.#o.log.warn(`unable to delete stale chains; will retry later: ${(e as Error).message}`);
     }
   }
-}
-
-/** Affinity sets after `transaction` ran on a table holding `before`. */
-function affinitySetsAfter(before: ReadonlySet<string>, transaction: string, family: string): Set<string> {
-  const out = new Set([...before].filter(isAffinitySetName));
-  const re = new RegExp(`^(add|delete) set ${family} ${KUBE_PROXY_TABLE} (\\S+)`, "gm");
-  for (const m of transaction.matchAll(re)) {
-    if (!isAffinitySetName(m[2])) continue;
-    if (m[1] === "add") out.add(m[2]);
-    else out.delete(m[2]);
-  }
-  return out;
 }

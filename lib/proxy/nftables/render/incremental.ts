@@ -8,7 +8,7 @@
  * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built beside
  * it with the same per-service-port code (writeServicePort). The table after any sequence of
  * incremental syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync
- * of the same state writes (tests/unit/nftables_incremental_test.ts).
+ * of the same state writes (tests/unit/proxy/nftables/incremental_test.ts).
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { servicePortNameString } from "../../types.ts";
@@ -145,6 +145,36 @@ export class NftIncrementalRenderer {
     const settings = settingsOf(input);
     if (changed === null || this.#settings !== settings) return this.#full(input, settings);
     return this.#incremental(input, changed);
+  }
+
+  /**
+   * True when the next sync must be full whatever the caller asks (no state yet, or a node-level setting
+   * changed), so that the caller can take a full sync's table listing first.
+   */
+  needsFullSync(input: NftIncrementalInput): boolean {
+    return this.#settings !== settingsOf(input);
+  }
+
+  /** Forgets the state: the next sync is full (after a failed or unknown transaction). */
+  reset(): void {
+    this.#settings = null;
+  }
+
+  /** Element counts per set or map after the last sync (the elements the service ports wrote). */
+  elementCounts(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const e of this.#applied.values()) out.set(e.container, (out.get(e.container) ?? 0) + 1);
+    return out;
+  }
+
+  /** Forgets stale chains deleted by the caller (its own staleChainDeletion timing). */
+  forgetStale(chains: Iterable<string>): void {
+    for (const c of chains) this.#stale.delete(c);
+  }
+
+  /** True while `chain` is flushed as stale and not used again since. */
+  isStale(chain: string): boolean {
+    return this.#stale.has(chain);
   }
 
   /** The transaction deleting the chains flushed as stale so far ("" when none); forgets them. */

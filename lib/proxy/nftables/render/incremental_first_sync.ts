@@ -15,7 +15,7 @@
  *      merged into few commands, see mergeElements) and the stale-chain flushes. An existing table
  *      switches over atomically here.
  * Applying the sequence leaves the same table as applying the full transaction at once
- * (tests/unit/nftables_incremental_test.ts).
+ * (tests/unit/proxy/nftables/incremental_test.ts).
  */
 import { isAffinitySetName, isServiceChainName } from "./names.ts";
 import { NFT_BASE_CHAINS } from "./setup.ts";

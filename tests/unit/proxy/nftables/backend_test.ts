@@ -3,13 +3,22 @@
  * leave the table a fresh full sync would build, partial syncs read nothing from the kernel, stale
  * chains are deleted over a second later, the drift fingerprint notices a flushed `services` chain, a
  * flushed map and a deleted table, a failed transaction makes the next sync full, and --dry-run prints.
+ * A one-endpoint partial sync renders only that service port (the incremental renderer's payload); a
+ * first sync into an empty or foreign table goes as bounded transactions and leaves the single one's table.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { FakeNftTable } from "../../../support/nft_fake.ts";
+import { expandElementLists, FakeNftTable } from "../../../support/nft_fake.ts";
 import { sortNFTablesTransaction } from "../../../support/nft_canonical.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
-import { NftablesBackend, type NftablesHost, serviceOfKey } from "../../../../lib/proxy/nftables/backend.ts";
+import {
+  NftablesBackend,
+  type NftablesHost,
+  nftLocalDetector,
+  serviceOfKey,
+} from "../../../../lib/proxy/nftables/backend.ts";
+import { NftIncrementalRenderer } from "../../../../lib/proxy/nftables/render/incremental.ts";
+import type { FirstSyncSplitOptions } from "../../../../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { createNftDryRunHost } from "../../../../lib/proxy/nftables/dry_run_host.ts";
 import { compareMapSizes, compareRuleCounts } from "../../../../lib/proxy/nftables/drift.ts";
 import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
@@ -34,7 +43,7 @@ class FakeHost implements NftablesHost {
       return Promise.reject(new Error("nft -f -: exit status 1: Error: injected"));
     }
     this.applied.push(tx);
-    this.table.run(tx);
+    this.table.run(expandElementLists(tx));
     return Promise.resolve();
   }
   listObjects() {
@@ -56,8 +65,7 @@ class FakeHost implements NftablesHost {
   }
 }
 
-function setup() {
-  const host = new FakeHost();
+function setup(firstSyncSplit?: FirstSyncSplitOptions, host = new FakeHost()) {
   let now = 1_000_000;
   const registry = new Registry();
   const metrics = createKubeProxyMetrics(registry, { mode: "nftables" });
@@ -75,6 +83,7 @@ function setup() {
     nodeIPs: () => ["192.168.0.2"],
     primaryNodeIP: () => "192.168.0.2",
     now: () => now,
+    firstSyncSplit,
   });
   return { host, backend, registry, metrics, warnings, advance: (ms: number) => (now += ms) };
 }
@@ -159,6 +168,22 @@ describe("NftablesBackend", () => {
     assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(onlyA));
   });
 
+  it("a service back within the second keeps its chains: they are not deleted as stale", async () => {
+    const { host, backend, advance, metrics } = setup();
+    const both = () =>
+      state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]);
+    await backend.sync(both(), { full: true });
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.1", 80)]]], [keyB]), { full: false });
+    advance(500);
+    const back = both();
+    await backend.sync({ ...back, changedServices: new Set([keyB]) }, { full: false });
+    advance(600);
+    await backend.sync(back, { full: false });
+    assert.equal(metrics.nftablesCleanupFailuresTotal.get({ ip_family: "IPv4" }), 0);
+    assert.ok(!host.applied.some((t) => /^delete chain .*ns2\/svc2/m.test(t)), "svc2's chains were deleted");
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(back));
+  });
+
   it("drift: a flushed services chain, a flushed map and a deleted table are reported; a full sync repairs", async () => {
     const { host, backend } = setup();
     const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
@@ -191,6 +216,116 @@ describe("NftablesBackend", () => {
     assert.equal(metrics.nftablesSyncFailuresTotal.get({ ip_family: "IPv4" }), 1);
     const next = await backend.sync(state([[svcA, []]], [keyA]), { full: false });
     assert.equal(next.kind, "full");
+  });
+
+  it("a one-endpoint partial sync renders only that service port: the incremental renderer's payload", async () => {
+    const { host, backend, advance } = setup();
+    const cluster: [ServicePortInfo, EndpointInfo[]][] = [];
+    for (let i = 0; i < 30; i++) {
+      const svc = makeServicePort("ns", `svc${i}`, { clusterIP: `172.30.1.${i}`, nodePort: 30000 + i });
+      cluster.push([svc, [makeEndpoint(`10.180.1.${i}`, 80), makeEndpoint(`10.180.2.${i}`, 80)]]);
+    }
+    const s1 = state(cluster);
+    await backend.sync(s1, { full: true });
+    assert.equal(backend.renderWork.servicePortsRendered, 30);
+
+    const changed = cluster.map(([svc, eps]): [ServicePortInfo, EndpointInfo[]] => [svc, [...eps]]);
+    changed[7][1] = [makeEndpoint("10.180.1.7", 80), makeEndpoint("10.180.3.7", 80)];
+    const key7 = servicePortKey(changed[7][0].name);
+    const s2 = state(changed, [key7]);
+    const out = await backend.sync(s2, { full: false });
+    assert.equal(out.kind, "partial");
+    assert.equal(backend.renderWork.servicePortsRendered, 31, "only the changed service port is rendered");
+    assert.equal(host.lists, 1, "a partial sync lists nothing");
+
+    // The same two syncs through the incremental renderer on its own.
+    const r = new NftIncrementalRenderer();
+    const input = (s: ProxyState, existing: boolean) => ({
+      family: "IPv4" as const,
+      services: s.services,
+      endpoints: s.endpoints,
+      nodeName: TEST_NODE_NAME,
+      nodeLabels: {},
+      nodeIP: "192.168.0.2",
+      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      localAddresses: ["192.168.0.2"],
+      serviceCIDRs: [],
+      masqueradeBit: 14,
+      masqueradeAll: false,
+      localDetector: nftLocalDetector(s.localDetection),
+      firstSync: true,
+      existingChains: existing ? [] : null,
+      existingSets: existing ? [] : null,
+      preferSameTrafficDistribution: true,
+    });
+    assert.equal(r.sync(input(s1, false), null).transaction, host.applied[0]);
+    const expected = r.sync(input(s2, true), [key7]).transaction;
+    assert.equal(host.applied[1], expected);
+    assert.match(expected, /10\.180\.3\.7/);
+    assert.doesNotMatch(expected, /svc8|10\.180\.1\.8/);
+    // Once the replaced endpoint's chain is deleted, the table a fresh full sync writes.
+    advance(1100);
+    await backend.sync(state(changed), { full: false });
+    assert.equal(backend.renderWork.servicePortsRendered, 31);
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s2));
+  });
+
+  for (const foreign of [false, true]) {
+    it(`a first sync into ${foreign ? "a foreign" : "an empty"} table goes as bounded transactions, same table`, async () => {
+      const cluster: [ServicePortInfo, EndpointInfo[]][] = [];
+      for (let i = 0; i < 40; i++) {
+        const svc = makeServicePort(`ns${i % 3}`, `svc${i}`, {
+          clusterIP: `172.30.2.${i}`,
+          nodePort: i % 2 === 0 ? 31000 + i : 0,
+          stickyMaxAgeSeconds: i % 5 === 0 ? 10800 : 0,
+        });
+        cluster.push([
+          svc,
+          i % 7 === 0 ? [] : [makeEndpoint(`10.181.0.${i}`, 80), makeEndpoint(`10.181.1.${i}`, 80)],
+        ]);
+      }
+      const s = state(cluster);
+      // A foreign table: what another process left (other services, some the same).
+      const older = state(cluster.slice(20).concat([[svcA, [makeEndpoint("10.180.0.1", 80)]]]));
+      const tables = async (split: FirstSyncSplitOptions) => {
+        const host = new FakeHost();
+        if (foreign) await setup(undefined, host).backend.sync(older, { full: true });
+        const before = host.applied.length;
+        const f = setup(split, host);
+        const out = await f.backend.sync(s, { full: true });
+        return { host, out, txs: host.applied.length - before };
+      };
+      const single = await tables({ servicePortsPerTransaction: 10_000 });
+      const bounded = await tables({ servicePortsPerTransaction: 7 });
+      assert.equal(single.txs, 1);
+      assert.ok(bounded.txs >= 5, `${bounded.txs} transactions`);
+      assert.equal(bounded.out.kind, "full");
+      assert.equal(
+        sortNFTablesTransaction(bounded.host.table.dump()),
+        sortNFTablesTransaction(single.host.table.dump()),
+      );
+      if (!foreign) assert.equal(sortNFTablesTransaction(bounded.host.table.dump()), await freshDump(s));
+    });
+  }
+
+  it("a failed bounded first sync makes the next sync full and one transaction", async () => {
+    const { host, backend, metrics, advance } = setup({ servicePortsPerTransaction: 1 });
+    const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]);
+    host.failNext = true;
+    await assert.rejects(backend.sync(s, { full: false }), /injected/);
+    assert.equal(metrics.nftablesSyncFailuresTotal.get({ ip_family: "IPv4" }), 1);
+    const next = await backend.sync(s, { full: false });
+    assert.equal(next.kind, "full");
+    assert.equal(host.applied.length, 1, "one transaction");
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s));
+    // Then partial syncs again.
+    const s2 = state([[svcA, [makeEndpoint("10.180.0.9", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]], [
+      keyA,
+    ]);
+    assert.equal((await backend.sync(s2, { full: false })).kind, "partial");
+    advance(1100);
+    await backend.sync(s2, { full: false });
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s2));
   });
 
   it("--dry-run prints the transaction", async () => {

@@ -7,7 +7,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { FakeNftTable } from "../../../support/nft_fake.ts";
+import { expandElementLists, FakeNftTable } from "../../../support/nft_fake.ts";
 import { sortNFTablesTransaction } from "../../../support/nft_canonical.ts";
 import { nftFakeProxierInput } from "../../../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
@@ -224,16 +224,6 @@ function danglingJumps(nft: FakeNftTable): string[] {
     }
   }
   return out;
-}
-
-/** Merged "add element ... { e1, e2 }" commands as one line per element (the fake takes one each). */
-function expandElementLists(tx: string): string {
-  return tx.split("\n").flatMap((line) => {
-    if (!line.startsWith("add element ")) return [line];
-    const head = line.split(" ", 5).join(" ");
-    const bodies = line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }")).split(", ");
-    return bodies.map((b) => `${head} { ${b} }`);
-  }).join("\n");
 }
 
 test("mergeElements merges each container's element lines in place, losslessly", () => {
