@@ -52,7 +52,7 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
       metrics: createKubeProxyMetrics(new Registry(), { mode: "nftables" }),
       masqueradeAll: false,
       masqueradeBit: 14,
-      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      nodePortAddresses: [],
       preferSameTrafficDistribution: true,
       nodeIPs: () => ["192.168.0.2"],
       primaryNodeIP: () => "192.168.0.2",

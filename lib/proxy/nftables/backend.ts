@@ -13,7 +13,7 @@ import type { IPFamily } from "../types.ts";
 import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
 import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
 import type { LocalDetection } from "../local_detect.ts";
-import type { NodePortAddresses } from "../nodeport_addresses.ts";
+import { newNodePortAddresses, resolveNodePortAddresses } from "../nodeport_addresses.ts";
 import type { NftLocalTrafficDetector } from "./render/local_traffic.ts";
 import { renderStaleChainDeletion } from "./render/render.ts";
 import { isServiceChainName, SERVICE_CHAIN_PREFIX } from "./render/names.ts";
@@ -55,7 +55,8 @@ export interface NftablesBackendOptions {
   metrics: KubeProxyMetrics;
   masqueradeAll: boolean;
   masqueradeBit: number;
-  nodePortAddresses: NodePortAddresses;
+  /** `--nodeport-addresses` as configured (CIDRs, or ["primary"], resolved on each sync). */
+  nodePortAddresses: readonly string[];
   preferSameTrafficDistribution: boolean;
   /** Local addresses of this family (for nodePortAddresses); called on every sync. */
   nodeIPs: () => readonly string[];
@@ -120,14 +121,19 @@ export class NftablesBackend implements Provider {
     const start = this.#now();
     await this.#deleteStaleChains(start);
 
+    const nodeIP = o.primaryNodeIP();
     let input: NftIncrementalInput = {
       family: o.family,
       services: state.services,
       endpoints: state.endpoints,
       nodeName: o.nodeName,
       nodeLabels: state.nodeLabels,
-      nodeIP: o.primaryNodeIP(),
-      nodePortAddresses: o.nodePortAddresses,
+      nodeIP,
+      // "primary" follows the Node's primary IP; a change of it is a node-level change (full sync).
+      nodePortAddresses: newNodePortAddresses(
+        o.family,
+        resolveNodePortAddresses(o.nodePortAddresses, o.family, nodeIP),
+      ),
       localAddresses: o.nodeIPs(),
       // ServiceCIDR objects are not watched: the "drop unallocated ClusterIPs" rule is left out.
       serviceCIDRs: [],

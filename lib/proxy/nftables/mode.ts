@@ -13,7 +13,6 @@ import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
 import { openNftSession } from "./nft_session.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
-import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { parseCIDR } from "../../net/go_net.ts";
 import { SpawnError } from "../../runtime/process_groups.ts";
@@ -101,7 +100,7 @@ export function createNftablesBackend(
           // Upstream's --masquerade-all sets the mode-neutral value; here it lands in iptables.masqueradeAll.
           masqueradeAll: config.nftables.masqueradeAll || config.iptables.masqueradeAll,
           masqueradeBit: config.nftables.masqueradeBit,
-          nodePortAddresses: newNodePortAddresses(family, config.nodePortAddresses ?? []),
+          nodePortAddresses: config.nodePortAddresses ?? [],
           preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
           nodeIPs: () => ctx.nodeIPs(family),
           primaryNodeIP: () => ctx.primaryNodeIP(family),

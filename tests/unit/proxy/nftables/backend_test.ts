@@ -78,7 +78,7 @@ function setup(firstSyncSplit?: FirstSyncSplitOptions, host = new FakeHost()) {
     metrics,
     masqueradeAll: false,
     masqueradeBit: 14,
-    nodePortAddresses: newNodePortAddresses("IPv4", []),
+    nodePortAddresses: [],
     preferSameTrafficDistribution: true,
     nodeIPs: () => ["192.168.0.2"],
     primaryNodeIP: () => "192.168.0.2",
@@ -118,6 +118,38 @@ async function freshDump(s: ProxyState): Promise<string> {
 }
 
 describe("NftablesBackend", () => {
+  it('nodePortAddresses "primary" follows the primary node IP (every address until it is known)', async () => {
+    let primary: string | null = null;
+    const host = new FakeHost();
+    const backend = new NftablesBackend({
+      family: "IPv4",
+      nodeName: TEST_NODE_NAME,
+      host,
+      log: { info: () => {}, warn: () => {} },
+      metrics: createKubeProxyMetrics(new Registry(), { mode: "nftables" }),
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      nodePortAddresses: ["primary"],
+      preferSameTrafficDistribution: true,
+      nodeIPs: () => ["192.168.0.2", "192.168.0.3"],
+      primaryNodeIP: () => primary,
+      now: () => 1_000_000,
+    });
+    const nodePortIPs = () =>
+      host.applied.join("\n").split("\n").filter((l) => l.includes("nodeport-ips") && l.includes("element"));
+    await backend.sync(state([[svcA, []]]), { full: true });
+    assert.deepEqual(
+      nodePortIPs(),
+      [],
+      "no primary IP yet: every local address (no nodeport-ips set elements)",
+    );
+    primary = "192.168.0.3";
+    await backend.sync(state([[svcA, []]]), { full: false });
+    const lines = nodePortIPs();
+    assert.ok(lines.some((l) => l.includes("192.168.0.3")), lines.join("\n"));
+    assert.ok(!lines.some((l) => l.includes("192.168.0.2")), lines.join("\n"));
+  });
+
   it("serviceOfKey: namespace/name of a service port key", () => {
     assert.equal(serviceOfKey("ns1/svc1:p80/TCP"), "ns1/svc1");
     assert.equal(serviceOfKey("ns1/svc1/UDP"), "ns1/svc1");
@@ -339,7 +371,7 @@ describe("NftablesBackend", () => {
       metrics: createKubeProxyMetrics(registry, { mode: "nftables" }),
       masqueradeAll: false,
       masqueradeBit: 14,
-      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      nodePortAddresses: [],
       preferSameTrafficDistribution: true,
       nodeIPs: () => [],
       primaryNodeIP: () => null,
