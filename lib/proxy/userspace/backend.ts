@@ -1,0 +1,208 @@
+/**
+ * The userspace backend of one IP family (upstream pkg/proxy/userspace/proxier.go): per service port a
+ * listener for each address traffic reaches it on, TCP or UDP, feeding a {@link LoadBalancerRR}. With
+ * `--userspace-portals=none` the listeners bind the service addresses themselves (made local by a
+ * {@link ServiceAddressHost}) and the node-port addresses; no netfilter rule is written.
+ *
+ * Endpoint changes only update the balancer: established connections stay on the endpoint they were
+ * dialed to. A service port that goes away stops accepting at once and its connections are closed after
+ * a grace period.
+ */
+import type { IPFamily } from "../types.ts";
+import { externallyAccessible } from "../types.ts";
+import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
+import { categorizeEndpoints, type CategorizeOptions } from "../topology.ts";
+import { LoadBalancerRR, type TrafficKind } from "./load_balancer.ts";
+import { openProxySocket, type ProxySocket, type ProxySocketStats } from "./proxy_socket.ts";
+import type { ServiceAddressHost } from "./interface_addresses.ts";
+import { newNodePortAddresses } from "../nodeport_addresses.ts";
+import { joinHostPort } from "../../net/go_net.ts";
+
+/** Default time a closed service port's connections may finish. */
+export const DEFAULT_CLOSE_GRACE_MS = 10_000;
+
+/** Per-service-port counters of the userspace mode (exported as edgeproxy_userspace_* metrics). */
+export interface UserspaceCounters {
+  connections: number;
+  bytesIn: number;
+  bytesOut: number;
+  dialErrors: number;
+  noEndpoints: number;
+}
+
+/** What the userspace backend of one family needs besides the proxy state. */
+export interface UserspaceBackendOptions {
+  readonly family: IPFamily;
+  readonly nodeName: string;
+  readonly log: { warn(msg: string): void; debug(msg: string): void };
+  /** Makes service addresses local (portals=none). */
+  readonly addresses: ServiceAddressHost;
+  readonly nodePortAddresses: readonly string[];
+  /** Local addresses of this family (node-port listeners bind those inside nodePortAddresses). */
+  readonly nodeIPs: () => readonly string[];
+  readonly udpIdleTimeoutMs?: number;
+  readonly closeGraceMs?: number;
+  readonly deadEndpointBackoffMs?: number;
+  readonly dialTimeoutsMs?: readonly number[];
+  readonly categorize?: CategorizeOptions;
+  readonly now?: () => number;
+}
+
+/** One listener the state asks for. */
+interface Portal {
+  readonly serviceKey: string;
+  readonly kind: TrafficKind;
+  readonly protocol: "TCP" | "UDP";
+  readonly address: string;
+  readonly port: number;
+}
+
+function portalKey(p: { protocol: string; address: string; port: number }): string {
+  return `${p.protocol}/${joinHostPort(p.address, p.port)}`;
+}
+
+/** One family's userspace backend. */
+export class UserspaceBackend implements Provider {
+  readonly #o: UserspaceBackendOptions;
+  readonly #lb: LoadBalancerRR;
+  readonly #listeners = new Map<string, { portal: Portal; socket: ProxySocket }>();
+  readonly #counters = new Map<string, UserspaceCounters>();
+  /** Listeners being closed (grace period running). */
+  readonly #closing = new Set<Promise<void>>();
+  #warnedSCTP = new Set<string>();
+
+  constructor(o: UserspaceBackendOptions) {
+    this.#o = o;
+    this.#lb = new LoadBalancerRR({
+      nodeName: o.nodeName,
+      now: o.now ?? Date.now,
+      deadEndpointBackoffMs: o.deadEndpointBackoffMs,
+      categorize: o.categorize,
+    });
+  }
+
+  /** The balancer (read by tests and metrics). */
+  get loadBalancer(): LoadBalancerRR {
+    return this.#lb;
+  }
+
+  /** Per service port counters, by service port key. */
+  counters(): ReadonlyMap<string, Readonly<UserspaceCounters>> {
+    return this.#counters;
+  }
+
+  /** The open listeners: "PROTO/ip:port" → service port key. */
+  listeners(): Map<string, string> {
+    return new Map([...this.#listeners].map(([k, v]) => [k, v.portal.serviceKey]));
+  }
+
+  /** @inheritdoc */
+  async sync(state: ProxyState, _opts: { readonly full: boolean }): Promise<SyncOutcome> {
+    const o = this.#o;
+    this.#lb.cleanupStale();
+    let internalNoLocal = 0;
+    let externalNoLocal = 0;
+    const want = new Map<string, Portal>();
+    const serviceAddresses = new Set<string>();
+    const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(o.nodeIPs());
+
+    for (const [key, svc] of state.services) {
+      const eps = state.endpoints.get(key) ?? [];
+      this.#lb.onEndpointsUpdate(key, svc, eps, state.nodeLabels);
+      const cat = categorizeEndpoints(eps, svc, o.nodeName, state.nodeLabels, o.categorize);
+      if (svc.internalPolicyLocal && cat.localEndpoints.length === 0) internalNoLocal++;
+      if (svc.externalPolicyLocal && externallyAccessible(svc) && cat.localEndpoints.length === 0) {
+        externalNoLocal++;
+      }
+      if (svc.protocol === "SCTP") {
+        if (!this.#warnedSCTP.has(key)) {
+          this.#warnedSCTP.add(key);
+          o.log.warn(`userspace mode: service port ${key}: SCTP is not supported; skipping it`);
+        }
+        continue;
+      }
+      const add = (kind: TrafficKind, address: string, port: number) => {
+        const p: Portal = { serviceKey: key, kind, protocol: svc.protocol as "TCP" | "UDP", address, port };
+        want.set(portalKey(p), p);
+      };
+      add("internal", svc.clusterIP, svc.port);
+      serviceAddresses.add(svc.clusterIP);
+      for (const ip of [...svc.externalIPs, ...svc.loadBalancerVIPs]) {
+        add("external", ip, svc.port);
+        serviceAddresses.add(ip);
+      }
+      if (svc.nodePort > 0) { for (const ip of nodePortIPs) add("external", ip, svc.nodePort); }
+    }
+    for (const key of [...this.#lb.services()]) if (!state.services.has(key)) this.#lb.deleteService(key);
+
+    // Listeners that are no longer wanted, or now belong to another service port, stop accepting now.
+    for (const [k, l] of this.#listeners) {
+      const w = want.get(k);
+      if (w && w.serviceKey === l.portal.serviceKey && w.kind === l.portal.kind) continue;
+      this.#listeners.delete(k);
+      const p = l.socket.close(w ? 0 : o.closeGraceMs ?? DEFAULT_CLOSE_GRACE_MS);
+      this.#closing.add(p);
+      void p.finally(() => this.#closing.delete(p));
+      if (w) await p; // the same address is rebound below
+    }
+    // The addresses first, so the listeners can bind them.
+    await o.addresses.sync(o.family, serviceAddresses);
+    const failures: string[] = [];
+    await Promise.all(
+      [...want].filter(([k]) => !this.#listeners.has(k)).map(async ([k, p]) => {
+        try {
+          const socket = await openProxySocket({
+            protocol: p.protocol,
+            address: p.address,
+            port: p.port,
+            picker: {
+              next: (clientIP, reset) => this.#lb.nextEndpoint(p.serviceKey, p.kind, clientIP, reset),
+              dialFailed: (ep) => this.#lb.markDialFailed(ep.endpoint),
+              dialSucceeded: (ep) => this.#lb.markDialSucceeded(ep.endpoint),
+            },
+            stats: this.#stats(p.serviceKey),
+            udpIdleTimeoutMs: o.udpIdleTimeoutMs,
+            dialTimeoutsMs: o.dialTimeoutsMs,
+            log: o.log,
+          });
+          this.#listeners.set(k, { portal: p, socket });
+        } catch (e) {
+          failures.push(`${k} (${p.serviceKey}): ${(e as Error).message}`);
+        }
+      }),
+    );
+    for (const f of failures) o.log.warn(`userspace mode: cannot listen on ${f}; retrying on the next sync`);
+    return {
+      kind: "listeners",
+      bytes: this.#listeners.size,
+      noLocalEndpoints: { internal: internalNoLocal, external: externalNoLocal },
+    };
+  }
+
+  /** @inheritdoc */
+  checkDrift(): Promise<string | null> {
+    return Promise.resolve(null);
+  }
+
+  /** Closes every listener and connection at once (shutdown, tests). */
+  async close(): Promise<void> {
+    const all = [...this.#listeners.values()].map((l) => l.socket.close(0));
+    this.#listeners.clear();
+    await Promise.all([...all, ...this.#closing]);
+  }
+
+  #stats(key: string): ProxySocketStats {
+    let c = this.#counters.get(key);
+    if (!c) {
+      c = { connections: 0, bytesIn: 0, bytesOut: 0, dialErrors: 0, noEndpoints: 0 };
+      this.#counters.set(key, c);
+    }
+    const counters = c;
+    return {
+      connection: () => counters.connections++,
+      bytes: (dir, n) => dir === "in" ? (counters.bytesIn += n) : (counters.bytesOut += n),
+      dialError: () => counters.dialErrors++,
+      noEndpoints: () => counters.noEndpoints++,
+    };
+  }
+}
