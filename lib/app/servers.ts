@@ -54,7 +54,11 @@ export async function startServers(
     metricsBindAddress: config.metricsBindAddress,
     bindAddressHardFail: config.bindAddressHardFail,
     healthzApp: createHealthzApp(o.health),
-    metricsApp: createMetricsApp({ registry: o.metrics.registry, configz: () => config }),
+    metricsApp: createMetricsApp({
+      registry: o.metrics.registry,
+      configz: () => config,
+      proxyMode: config.mode,
+    }),
     logger: log,
   });
   return {

@@ -17,8 +17,8 @@ import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 
-/** Proxy modes edgeproxy accepts: blank (meaning iptables) and iptables. */
-export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables"];
+/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables and userspace. */
+export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "userspace"];
 
 /** Local-traffic detection modes upstream accepts. */
 export const DETECT_LOCAL_MODES: readonly string[] = [
