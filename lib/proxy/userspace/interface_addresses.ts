@@ -92,7 +92,7 @@ export class IpServiceAddressHost implements ServiceAddressHost {
       try {
         await this.#ip(args);
       } catch (e) {
-        if (!/File exists/.test((e as Error).message)) throw e;
+        if (!/File exists|already assigned/.test((e as Error).message)) throw e;
       }
       owned.add(a);
     }
