@@ -75,7 +75,7 @@ function backend(extra: Partial<ConstructorParameters<typeof UserspaceBackend>[0
     family: "IPv4",
     nodeName: TEST_NODE_NAME,
     log: quiet,
-    addresses: new FakeAddresses(),
+    steering: { kind: "none", addresses: new FakeAddresses() },
     nodePortAddresses: ["127.0.0.0/8"],
     nodeIPs: () => ["127.0.0.1"],
     closeGraceMs: 200,

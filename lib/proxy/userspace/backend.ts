@@ -15,6 +15,7 @@ import { categorizeEndpoints, type CategorizeOptions } from "../topology.ts";
 import { LoadBalancerRR, type TrafficKind } from "./load_balancer.ts";
 import { openProxySocket, type ProxySocket, type ProxySocketStats } from "./proxy_socket.ts";
 import type { ServiceAddressHost } from "./interface_addresses.ts";
+import { type PortalRule, renderPortalRules } from "./portals.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { joinHostPort } from "../../net/go_net.ts";
 
@@ -35,8 +36,8 @@ export interface UserspaceBackendOptions {
   readonly family: IPFamily;
   readonly nodeName: string;
   readonly log: { warn(msg: string): void; debug(msg: string): void };
-  /** Makes service addresses local (portals=none). */
-  readonly addresses: ServiceAddressHost;
+  /** How service addresses reach the listeners. */
+  readonly steering: Steering;
   readonly nodePortAddresses: readonly string[];
   /** Local addresses of this family (node-port listeners bind those inside nodePortAddresses). */
   readonly nodeIPs: () => readonly string[];
@@ -48,17 +49,39 @@ export interface UserspaceBackendOptions {
   readonly now?: () => number;
 }
 
+/**
+ * How service addresses reach the listeners: `none` makes them local addresses that the listeners bind;
+ * `iptables` binds one listener per service port and kind at `listenIP` (kernel-chosen ports) and writes
+ * portal rules, through `restore`, one transaction per sync.
+ */
+export type Steering =
+  | { readonly kind: "none"; readonly addresses: ServiceAddressHost }
+  | {
+    readonly kind: "iptables";
+    /** The node address the listeners bind ("0.0.0.0"/"::": the wildcard, and the rules REDIRECT). */
+    readonly listenIP: () => string;
+    /** iptables-restore --noflush of a nat payload. */
+    readonly restore: (payload: string) => Promise<void>;
+    /** Ensures the jumps from PREROUTING and OUTPUT (full syncs). */
+    readonly ensureJumps: () => Promise<void>;
+  };
+
 /** One listener the state asks for. */
 interface Portal {
   readonly serviceKey: string;
   readonly kind: TrafficKind;
   readonly protocol: "TCP" | "UDP";
   readonly address: string;
+  /** 0: the kernel chooses (iptables portals). */
   readonly port: number;
+  /** With iptables portals: the destinations steered to this listener (null ip: a node port). */
+  readonly destinations: { ip: string | null; port: number }[];
 }
 
-function portalKey(p: { protocol: string; address: string; port: number }): string {
-  return `${p.protocol}/${joinHostPort(p.address, p.port)}`;
+function portalKey(p: Portal): string {
+  return p.port === 0
+    ? `${p.protocol}/${p.serviceKey}/${p.kind}`
+    : `${p.protocol}/${joinHostPort(p.address, p.port)}`;
 }
 
 /** One family's userspace backend. */
@@ -70,6 +93,7 @@ export class UserspaceBackend implements Provider {
   /** Listeners being closed (grace period running). */
   readonly #closing = new Set<Promise<void>>();
   #warnedSCTP = new Set<string>();
+  #jumpsEnsured = false;
 
   constructor(o: UserspaceBackendOptions) {
     this.#o = o;
@@ -97,7 +121,7 @@ export class UserspaceBackend implements Provider {
   }
 
   /** @inheritdoc */
-  async sync(state: ProxyState, _opts: { readonly full: boolean }): Promise<SyncOutcome> {
+  async sync(state: ProxyState, opts: { readonly full: boolean }): Promise<SyncOutcome> {
     const o = this.#o;
     this.#lb.cleanupStale();
     let internalNoLocal = 0;
@@ -105,6 +129,8 @@ export class UserspaceBackend implements Provider {
     const want = new Map<string, Portal>();
     const serviceAddresses = new Set<string>();
     const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(o.nodeIPs());
+    const st = o.steering;
+    const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
     for (const [key, svc] of state.services) {
       const eps = state.endpoints.get(key) ?? [];
@@ -121,9 +147,25 @@ export class UserspaceBackend implements Provider {
         }
         continue;
       }
-      const add = (kind: TrafficKind, address: string, port: number) => {
-        const p: Portal = { serviceKey: key, kind, protocol: svc.protocol as "TCP" | "UDP", address, port };
-        want.set(portalKey(p), p);
+      const protocol = svc.protocol as "TCP" | "UDP";
+      const add = (kind: TrafficKind, ip: string | null, port: number) => {
+        if (st.kind === "none") {
+          if (ip === null) return;
+          const p: Portal = { serviceKey: key, kind, protocol, address: ip, port, destinations: [] };
+          want.set(portalKey(p), p);
+          return;
+        }
+        const probe: Portal = {
+          serviceKey: key,
+          kind,
+          protocol,
+          address: listenIP,
+          port: 0,
+          destinations: [],
+        };
+        const k = portalKey(probe);
+        if (!want.has(k)) want.set(k, probe);
+        want.get(k)!.destinations.push({ ip, port });
       };
       add("internal", svc.clusterIP, svc.port);
       serviceAddresses.add(svc.clusterIP);
@@ -131,14 +173,23 @@ export class UserspaceBackend implements Provider {
         add("external", ip, svc.port);
         serviceAddresses.add(ip);
       }
-      if (svc.nodePort > 0) { for (const ip of nodePortIPs) add("external", ip, svc.nodePort); }
+      if (svc.nodePort > 0) {
+        if (st.kind === "none") { for (const ip of nodePortIPs) add("external", ip, svc.nodePort); }
+        else add("external", null, svc.nodePort);
+      }
     }
     for (const key of [...this.#lb.services()]) if (!state.services.has(key)) this.#lb.deleteService(key);
 
     // Listeners that are no longer wanted, or now belong to another service port, stop accepting now.
     for (const [k, l] of this.#listeners) {
       const w = want.get(k);
-      if (w && w.serviceKey === l.portal.serviceKey && w.kind === l.portal.kind) continue;
+      if (
+        w && w.serviceKey === l.portal.serviceKey && w.kind === l.portal.kind &&
+        w.address === l.portal.address
+      ) {
+        this.#listeners.set(k, { portal: w, socket: l.socket }); // new destinations, same socket
+        continue;
+      }
       this.#listeners.delete(k);
       const p = l.socket.close(w ? 0 : o.closeGraceMs ?? DEFAULT_CLOSE_GRACE_MS);
       this.#closing.add(p);
@@ -146,7 +197,7 @@ export class UserspaceBackend implements Provider {
       if (w) await p; // the same address is rebound below
     }
     // The addresses first, so the listeners can bind them.
-    await o.addresses.sync(o.family, serviceAddresses);
+    if (st.kind === "none") await st.addresses.sync(o.family, serviceAddresses);
     const failures: string[] = [];
     await Promise.all(
       [...want].filter(([k]) => !this.#listeners.has(k)).map(async ([k, p]) => {
@@ -172,9 +223,32 @@ export class UserspaceBackend implements Provider {
       }),
     );
     for (const f of failures) o.log.warn(`userspace mode: cannot listen on ${f}; retrying on the next sync`);
+    let bytes = this.#listeners.size;
+    if (st.kind === "iptables") {
+      const rules: PortalRule[] = [];
+      for (const { portal, socket } of this.#listeners.values()) {
+        for (const d of portal.destinations) {
+          rules.push({
+            servicePort: portal.serviceKey.replace(/\/(TCP|UDP|SCTP)$/, ""),
+            protocol: portal.protocol,
+            ip: d.ip,
+            port: d.port,
+            listenIP: portal.address,
+            listenPort: socket.port,
+          });
+        }
+      }
+      const payload = renderPortalRules(o.family, rules);
+      await st.restore(payload);
+      if (opts.full || !this.#jumpsEnsured) {
+        await st.ensureJumps();
+        this.#jumpsEnsured = true;
+      }
+      bytes = payload.length;
+    }
     return {
-      kind: "listeners",
-      bytes: this.#listeners.size,
+      kind: this.#o.steering.kind === "iptables" ? "portals" : "listeners",
+      bytes,
       noLocalEndpoints: { internal: internalNoLocal, external: externalNoLocal },
     };
   }

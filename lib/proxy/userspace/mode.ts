@@ -15,6 +15,42 @@ import { registerUserspaceMetrics } from "./metrics.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { localAddresses } from "../node_addresses.ts";
 import { runIp } from "./interface_addresses.ts";
+import type { Steering } from "./backend.ts";
+import { portalJumps, renderPortalCleanup } from "./portals.ts";
+import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
+
+/** iptables portals of one family: listeners on the node address, rules through iptables-restore. */
+async function iptablesSteering(family: IPFamily, ctx: BackendContext): Promise<Steering> {
+  const runner = await createIptablesRunner({ family });
+  const wildcard = family === "IPv6" ? "::" : "0.0.0.0";
+  return {
+    kind: "iptables",
+    listenIP: () => ctx.primaryNodeIP(family) ?? wildcard,
+    restore: (payload) => runner.restore(payload),
+    async ensureJumps() {
+      for (const j of portalJumps()) {
+        const check = await runner.exec(["-w", "5", "-t", "nat", "-C", j.chain, ...j.args]);
+        if (check.code === 0) continue;
+        // Portal jumps go first; node-port jumps last (upstream's order).
+        const where = j.args.includes("addrtype") ? ["-A", j.chain] : ["-I", j.chain, "1"];
+        const r = await runner.exec(["-w", "5", "-t", "nat", ...where, ...j.args]);
+        if (r.code !== 0) throw new Error(`iptables ${where.join(" ")}: ${r.stderr.trim()}`);
+      }
+    },
+  };
+}
+
+/** Removes the jumps and the four portal chains (--cleanup); absent ones are fine. */
+async function removePortals(runner: IptablesRunner): Promise<void> {
+  for (const j of portalJumps()) {
+    for (let i = 0; i < 10; i++) {
+      const r = await runner.exec(["-w", "5", "-t", "nat", "-D", j.chain, ...j.args]);
+      if (r.code !== 0) break;
+    }
+  }
+  const save = await runner.save("nat");
+  if (save.includes(":KUBE-PORTALS-CONTAINER ")) await runner.restore(renderPortalCleanup());
+}
 
 /** A fresh userspace mode. */
 export function createUserspaceBackend(): ProxyBackend {
@@ -38,17 +74,18 @@ export function createUserspaceBackend(): ProxyBackend {
     async provider(family: IPFamily, ctx: BackendContext): Promise<Provider> {
       const { config, log } = ctx;
       const portals = ctx.options?.userspacePortals ?? "none";
-      if (portals !== "none") {
-        throw new Error(
-          `--userspace-portals=${portals} is not implemented yet; use --userspace-portals=none`,
-        );
+      let steering: Steering;
+      if (portals === "none") {
+        addressHost ??= createServiceAddressHost((m) => log.warn(m));
+        steering = { kind: "none", addresses: await addressHost };
+      } else {
+        steering = await iptablesSteering(family, ctx);
       }
-      addressHost ??= createServiceAddressHost((m) => log.warn(m));
       const backend = new UserspaceBackend({
         family,
         nodeName: ctx.nodeName,
         log,
-        addresses: await addressHost,
+        steering,
         nodePortAddresses: config.nodePortAddresses ?? [],
         nodeIPs: () => ctx.nodeIPs(family),
         udpIdleTimeoutMs: ctx.options?.udpIdleTimeout,
@@ -65,6 +102,17 @@ export function createUserspaceBackend(): ProxyBackend {
     },
 
     async cleanup(log): Promise<number> {
+      let code = 0;
+      for (const family of ["IPv4", "IPv6"] as const) {
+        try {
+          await removePortals(await createIptablesRunner({ family }));
+        } catch (e) {
+          if (family === "IPv4") {
+            log.warn(`cannot remove the userspace portal chains: ${(e as Error).message}`);
+            code = 1;
+          }
+        }
+      }
       // The dummy interface holds only service addresses: deleting it removes them all.
       try {
         await runIp(["link", "del", USERSPACE_INTERFACE]);
@@ -75,7 +123,7 @@ export function createUserspaceBackend(): ProxyBackend {
           return 1;
         }
       }
-      return 0;
+      return code;
     },
   };
 }
