@@ -47,7 +47,7 @@ function seen(rs: readonly EchoResult[]): string[] {
   );
 }
 
-for (const portals of ["none"] as const) {
+for (const portals of ["none", "iptables"] as const) {
   describe(
     `edgeproxy userspace mode e2e (--userspace-portals=${portals})`,
     { skip: skip || undefined },
@@ -213,12 +213,23 @@ for (const portals of ["none"] as const) {
         assert.deepEqual(await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length), 1);
       });
 
-      it("wrote no netfilter rule of its own", async () => {
-        if (portals !== "none") return;
-        const nat = await c.iptablesSave("nat");
-        assert.doesNotMatch(nat, /KUBE-SERVICES|KUBE-PORTALS/, nat);
-        assert.equal(c.agent?.exit(), null, `agent exited: ${c.agent?.tail()}`);
-      });
+      it(
+        portals === "none" ? "wrote no netfilter rule" : "wrote the portal chains, no KUBE-SERVICES",
+        async () => {
+          const nat = await c.iptablesSave("nat");
+          assert.doesNotMatch(nat, /KUBE-SERVICES/, nat);
+          if (portals === "none") assert.doesNotMatch(nat, /KUBE-PORTALS|KUBE-NODEPORT/, nat);
+          else {
+            assert.match(nat, /-A PREROUTING .*-j KUBE-PORTALS-CONTAINER/, nat);
+            assert.match(
+              nat,
+              /-A KUBE-NODEPORT-CONTAINER .*--dport 30080 -j DNAT --to-destination 192\.168\.50\.2:\d+/,
+              nat,
+            );
+          }
+          assert.equal(c.agent?.exit(), null, `agent exited: ${c.agent?.tail()}`);
+        },
+      );
     },
   );
 }
