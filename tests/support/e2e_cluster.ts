@@ -9,9 +9,10 @@
  *
  * - node: the agent runs here with its own iptables; ip_forward=1; the node IP 192.168.50.2 is on the
  *   link to "lan", a sink namespace that is the node's default route and drops what it gets (so a Service
- *   IP without rules goes nowhere, as on a real node). Pods hang off point-to-point veths (/32 routes,
- *   the node side has 10.244.1.1/32 on each, Calico style), so the node routes every pod packet and
- *   conntrack sees both directions (no bridge, no br_netfilter needed).
+ *   IP without rules goes nowhere, as on a real node). Pods hang off point-to-point veths as routed CNIs
+ *   attach them (a /32 route per pod, no IPv4 on the node side; the pods' gateway 10.244.1.1 is on the
+ *   node's lo), so the node routes every pod packet and conntrack sees both directions (no bridge, no
+ *   br_netfilter needed).
  * - client / denied: external clients routed via the node (default route), in two source ranges so
  *   loadBalancerSourceRanges can allow one and deny the other.
  * - remote: a pod of another node (nodeName ≠ this node) in 10.244.2.0/24, routed via the node.
@@ -30,6 +31,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ChildProcess } from "node:child_process";
 import {
+  addAddress,
   addRoute,
   enableForwarding,
   IP_BIN,
@@ -221,7 +223,13 @@ function waitForLine(child: ChildProcess, word: string, what: string, timeoutMs:
   });
 }
 
-/** A /32 pod on a point-to-point veth: pod `eth0` ip/32, node `<nodeIf>` gw/32, routes both ways. */
+/**
+ * A pod attached the way routed CNIs (Calico, Cilium native routing) do it: pod `eth0` ip/32 with a
+ * link-scope route to the gateway and a default route via it; the node side of the veth has no IPv4 address,
+ * only the /32 route to the pod. The gateway address lives on the node's `lo` (added once by the caller), so
+ * the node answers ARP for it on every pod veth and uses it as its source towards pods (the masquerade
+ * address pods see).
+ */
 async function plugPod(
   scope: NetnsScope,
   node: Netns,
@@ -230,7 +238,9 @@ async function plugPod(
   ip: string,
   gw: string,
 ): Promise<void> {
+  // NetnsScope.link addresses both ends; the node end's address goes again at once.
   await scope.link(pod, "eth0", `${ip}/32`, node, nodeIf, `${gw}/32`);
+  await runOk([IP_BIN, "-n", node.name, "addr", "del", `${gw}/32`, "dev", nodeIf]);
   await runOk([IP_BIN, "-n", pod.name, "route", "add", gw, "dev", "eth0", "scope", "link"]);
   await addRoute(pod, "default", { via: gw });
   await addRoute(node, `${ip}/32`, { dev: nodeIf });
@@ -298,6 +308,7 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
     await addRoute(deniedClient, "default", { via: A.deniedClientGateway });
     await scope.link(remoteNs, "eth0", `${A.remotePod}/24`, node, "vremote", `${A.remotePodGateway}/24`);
     await addRoute(remoteNs, "default", { via: A.remotePodGateway });
+    await addAddress(node, "lo", `${A.podGateway}/32`);
     const localPods: E2ePod[] = [];
     for (let i = 0; i < podCount; i++) {
       const ip = `10.244.1.${i + 2}`;
@@ -313,6 +324,8 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
       "net.ipv4.conf.default.rp_filter": "0",
       "net.ipv4.conf.all.send_redirects": "0",
       "net.ipv4.conf.default.send_redirects": "0",
+      // REJECT answers are ICMP errors: without this, the per-host ICMP rate limit swallows some of a burst.
+      "net.ipv4.icmp_ratelimit": "0",
     });
     // The lan sink answers nothing it is not addressed to, and forwards nothing.
     await setSysctls(lan, { "net.ipv4.ip_forward": "0" });

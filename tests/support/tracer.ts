@@ -5,7 +5,7 @@
  *    "-D" needs the rule, "-I CHAIN n" needs 1 <= n <= rules + 1) and holds the built-in jump rules;
  *  - tracePacket / checkPacketFlows: upstream's iptablesTracer (follow jumps rule by rule; statistic
  *    rules match and continue so every endpoint is collected; recent/mark/conntrack rules never match);
- *  - fixtures (upstream NewFakeProxier conventions) and FakeProxier, a tiny sync loop around
+ *  - fixtures (upstream NewFakeProxier conventions, addresses from tests/support/flows/addresses.ts) and FakeProxier, a tiny sync loop around
  *    renderIptablesRules that tracks changed services and full/partial syncs like upstream;
  *  - golden helpers (upstream goldens use the fake mark 0x4000; dedent; a line diff).
  */
@@ -26,6 +26,18 @@ import {
   type RenderState,
 } from "../../lib/proxy/iptables/render/render.ts";
 import { type LocalTrafficDetector, newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
+import {
+  CLUSTER_CIDR,
+  EXTERNAL_CLIENT,
+  EXTERNAL_CLIENT_BLOCKED,
+  NODE_EXTERNAL_IP,
+  NODE_IP,
+  NODE_IP_ALT,
+  NODE_IPS,
+  NODE_IPV6,
+  NODE_IPV6_ALT,
+  THIS_NODE,
+} from "./flows/addresses.ts";
 
 const BUILTIN_CHAINS: Readonly<Record<string, readonly string[]>> = {
   filter: ["INPUT", "FORWARD", "OUTPUT"],
@@ -356,29 +368,23 @@ export function checkPacketFlows(
 // Fixtures (upstream NewFakeProxier conventions).
 
 /** Upstream testNodeName. */
-export const TEST_NODE_NAME = "test-node";
+export const TEST_NODE_NAME = THIS_NODE;
 /** Upstream testNodeIP. */
-export const TEST_NODE_IP = "192.168.0.2";
+export const TEST_NODE_IP = NODE_IP;
 /** Upstream testNodeIPAlt. */
-export const TEST_NODE_IP_ALT = "192.168.1.2";
+export const TEST_NODE_IP_ALT = NODE_IP_ALT;
 /** Upstream testExternalIP. */
-export const TEST_EXTERNAL_IP = "192.168.99.11";
+export const TEST_EXTERNAL_IP = NODE_EXTERNAL_IP;
 /** Upstream testNodeIPv6. */
-export const TEST_NODE_IPV6 = "2001:db8::1";
+export const TEST_NODE_IPV6 = NODE_IPV6;
 /** Upstream testNodeIPv6Alt. */
-export const TEST_NODE_IPV6_ALT = "2001:db8:1::2";
+export const TEST_NODE_IPV6_ALT = NODE_IPV6_ALT;
 /** Upstream testExternalClient. */
-export const TEST_EXTERNAL_CLIENT = "203.0.113.2";
+export const TEST_EXTERNAL_CLIENT = EXTERNAL_CLIENT;
 /** Upstream testExternalClientBlocked. */
-export const TEST_EXTERNAL_CLIENT_BLOCKED = "203.0.113.130";
+export const TEST_EXTERNAL_CLIENT_BLOCKED = EXTERNAL_CLIENT_BLOCKED;
 /** Upstream testNodeIPs: the addresses the tracer treats as LOCAL. */
-export const TEST_NODE_IPS: readonly string[] = [
-  TEST_NODE_IP,
-  TEST_NODE_IP_ALT,
-  TEST_EXTERNAL_IP,
-  TEST_NODE_IPV6,
-  TEST_NODE_IPV6_ALT,
-];
+export const TEST_NODE_IPS: readonly string[] = NODE_IPS;
 /** Upstream's fake network interfaces: lo plus eth0. */
 export const TEST_INTERFACE_ADDRESSES: readonly string[] = ["127.0.0.1", "::1", ...TEST_NODE_IPS];
 
@@ -456,9 +462,7 @@ export function fakeProxierDefaults(family: IPFamily = "IPv4"): Omit<
   RenderInput,
   "services" | "endpoints" | "full" | "changedServices" | "existingNatChains"
 > {
-  const detector: LocalTrafficDetector = newDetectLocalByCIDR(
-    family === "IPv4" ? "10.0.0.0/8" : "fd00:10::/64",
-  );
+  const detector: LocalTrafficDetector = newDetectLocalByCIDR(CLUSTER_CIDR[family]);
   return {
     family,
     nodeName: TEST_NODE_NAME,

@@ -1,0 +1,551 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { Endpoint, EndpointPort, EndpointSlice } from "../../../lib/k8s/objects.ts";
+import { EndpointsChangeTracker, EndpointsMap } from "../../../lib/proxy/endpoints_change_tracker.ts";
+import { sameValue } from "../../../lib/proxy/endpoint_slice_cache.ts";
+import type { IPFamily } from "../../../lib/proxy/types.ts";
+import { servicePortKey } from "../../../lib/proxy/types.ts";
+
+const NODE = "test-node";
+
+function slice(
+  ns: string,
+  service: string,
+  sliceName: string,
+  endpoints: Endpoint[],
+  ports: EndpointPort[],
+  addressType = "IPv4",
+  annotations: Record<string, string> = {},
+): EndpointSlice {
+  return {
+    metadata: {
+      namespace: ns,
+      name: sliceName,
+      labels: { "kubernetes.io/service-name": service },
+      annotations,
+    },
+    addressType,
+    endpoints,
+    ports,
+  };
+}
+
+function setup(ipFamily: IPFamily = "IPv4", trackerStartTime?: Date) {
+  const warnings: string[] = [];
+  const tracker = new EndpointsChangeTracker({
+    nodeName: NODE,
+    ipFamily,
+    warn: (m) => warnings.push(m),
+    trackerStartTime,
+  });
+  const em = new EndpointsMap();
+  return { warnings, tracker, em };
+}
+
+const tcp = (name: string | undefined, port: number | undefined): EndpointPort => ({
+  name,
+  port,
+  protocol: "TCP",
+});
+const key = (ns: string, name: string, port: string, protocol: "TCP" | "UDP" | "SCTP" = "TCP") =>
+  servicePortKey({ namespace: ns, name, port, protocol });
+
+describe("EndpointsChangeTracker: address types", () => {
+  it("ignores FQDN slices and slices of the other family", () => {
+    const { tracker, em, warnings } = setup("IPv4");
+    assert.equal(
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", "s-fqdn", [{ addresses: ["example.com"] }], [tcp("p", 80)], "FQDN"),
+        false,
+      ),
+      false,
+    );
+    assert.equal(
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", "s-v6", [{ addresses: ["fd00::1"] }], [tcp("p", 80)], "IPv6"),
+        false,
+      ),
+      false,
+    );
+    assert.equal(tracker.pendingChanges(), 0);
+    em.apply(tracker);
+    assert.equal(em.size, 0);
+    assert.deepEqual(warnings, []);
+  });
+
+  it("warns about an unknown address type", () => {
+    const { tracker, warnings } = setup("IPv4");
+    assert.equal(tracker.endpointSliceUpdate(slice("ns1", "svc1", "s1", [], [], "IPv5"), false), false);
+    assert.deepEqual(warnings, [
+      'ignoring EndpointSlice ns1/s1: addressType: must be IPv4, IPv6 or FQDN (got "IPv5")',
+    ]);
+  });
+
+  it("builds IPv6 endpoints for the IPv6 proxier, normalised and bracketed", () => {
+    const { tracker, em, warnings } = setup("IPv6");
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["FD00:0:0::0001"] }, { addresses: ["10.0.0.1"] }], [
+        tcp("p", 80),
+      ], "IPv6"),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => [e.ip, e.endpoint]), [[
+      "fd00::1",
+      "[fd00::1]:80",
+    ]]);
+    assert.deepEqual(warnings, [
+      'ignoring endpoints[1] of EndpointSlice ns1/s1: addresses[0]: not an IPv6 address (got "10.0.0.1")',
+    ]);
+  });
+});
+
+describe("EndpointsChangeTracker: conversion", () => {
+  it("reads conditions, node, zone and hints as upstream", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [
+        {
+          addresses: ["10.0.0.1"],
+          nodeName: NODE,
+          zone: "z1",
+          hints: { forZones: [{ name: "z1" }, { name: "z0" }] },
+        },
+        {
+          addresses: ["10.0.0.2", "10.0.0.99"],
+          conditions: { ready: false, serving: true, terminating: true },
+        },
+        {
+          addresses: ["10.0.0.3"],
+          conditions: { ready: null, serving: null, terminating: null },
+          nodeName: "other",
+          hints: { forNodes: [{ name: "other" }], forZones: [] },
+        },
+      ], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p")), [{
+      ip: "10.0.0.1",
+      port: 80,
+      endpoint: "10.0.0.1:80",
+      isLocal: true,
+      ready: true,
+      serving: true,
+      terminating: false,
+      zoneHints: ["z0", "z1"],
+      nodeHints: null,
+      nodeName: NODE,
+      zone: "z1",
+    }, {
+      ip: "10.0.0.2",
+      port: 80,
+      endpoint: "10.0.0.2:80",
+      isLocal: false,
+      ready: false,
+      serving: true,
+      terminating: true,
+      zoneHints: null,
+      nodeHints: null,
+      nodeName: "",
+      zone: "",
+    }, {
+      ip: "10.0.0.3",
+      port: 80,
+      endpoint: "10.0.0.3:80",
+      isLocal: false,
+      ready: true,
+      serving: true,
+      terminating: false,
+      zoneHints: null,
+      nodeHints: ["other"],
+      nodeName: "other",
+      zone: "",
+    }]);
+  });
+
+  it("normalises endpoint IPs with leading zeros (TestBadIPs)", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.180.00.001"] }], [tcp("p80", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p80"))?.map((e) => e.endpoint), ["10.180.0.1:80"]);
+  });
+
+  it("reads a port without name as unnamed and skips a port without number", () => {
+    const { tracker, em, warnings } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [{ port: 80 }, {
+        name: "x",
+        protocol: "UDP",
+      }]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()], ["ns1/svc1/TCP"]);
+    assert.deepEqual(warnings, [
+      "ignoring ports[1] of EndpointSlice ns1/s1: port: must be 1-65535 (got <unset>)",
+    ]);
+  });
+
+  it("sorts endpoints by their ip:port string", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice(
+        "ns1",
+        "svc1",
+        "s1",
+        ["10.0.0.10", "10.0.0.9", "10.0.0.1", "10.0.0.100"].map((ip) => ({ addresses: [ip] })),
+        [
+          tcp("p", 80),
+        ],
+      ),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => e.endpoint), [
+      "10.0.0.100:80",
+      "10.0.0.10:80",
+      "10.0.0.1:80",
+      "10.0.0.9:80",
+    ]);
+  });
+});
+
+describe("EndpointsChangeTracker: merging slices", () => {
+  it("merges the slices of a Service and dedupes endpoints", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "svc1-a", [{ addresses: ["10.0.0.1"] }, { addresses: ["10.0.0.2"] }], [
+        tcp("p", 80),
+      ]),
+      false,
+    );
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "svc1-b", [{ addresses: ["10.0.0.2"] }, { addresses: ["10.0.0.3"] }], [
+        tcp("p", 80),
+      ]),
+      false,
+    );
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc2", "svc2-a", [{ addresses: ["10.0.0.9"] }], [tcp("p", 80)]),
+      false,
+    );
+    const result = em.apply(tracker);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => e.endpoint), [
+      "10.0.0.1:80",
+      "10.0.0.2:80",
+      "10.0.0.3:80",
+    ]);
+    assert.deepEqual([...result.changedServices], ["ns1/svc1", "ns1/svc2"]);
+  });
+
+  it("prefers the non-terminating endpoint when the same IP appears twice, in either slice order", () => {
+    for (const [first, second] of [["a", "b"], ["b", "a"]]) {
+      const { tracker, em } = setup();
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", `svc1-${first}`, [{
+          addresses: ["10.0.0.1"],
+          nodeName: "old-node",
+          conditions: { ready: false, serving: false, terminating: true },
+        }], [tcp("p", 80)]),
+        false,
+      );
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", `svc1-${second}`, [{ addresses: ["10.0.0.1"], nodeName: "new-node" }], [
+          tcp("p", 80),
+        ]),
+        false,
+      );
+      em.apply(tracker);
+      const eps = em.get(key("ns1", "svc1", "p"))!;
+      assert.equal(eps.length, 1);
+      assert.equal(eps[0].terminating, false, `terminating in ${first}`);
+      assert.equal(eps[0].nodeName, "new-node");
+    }
+  });
+
+  it("moves a slice when its Service label changes", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc2", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]),
+      false,
+    );
+    const result = em.apply(tracker);
+    assert.deepEqual([...em.keys()], [key("ns1", "svc2", "p")]);
+    assert.deepEqual([...result.changedServices].sort(), ["ns1/svc1", "ns1/svc2"]);
+  });
+
+  it("removes a slice that lost its Service label, with a warning", () => {
+    const { tracker, em, warnings } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    const unlabelled = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]);
+    unlabelled.metadata!.labels = {};
+    assert.equal(tracker.endpointSliceUpdate(unlabelled, false), true);
+    em.apply(tracker);
+    assert.equal(em.size, 0);
+    assert.deepEqual(warnings, [
+      'ignoring EndpointSlice ns1/s1: metadata.labels["kubernetes.io/service-name"]: missing',
+    ]);
+  });
+});
+
+describe("EndpointsChangeTracker: change detection", () => {
+  it("does not count updates that change nothing the proxier uses", () => {
+    const { tracker, em } = setup();
+    const s1 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]);
+    tracker.endpointSliceUpdate(s1, false);
+    em.apply(tracker);
+    const s1b = structuredClone(s1);
+    s1b.metadata!.resourceVersion = "2";
+    s1b.endpoints![0].targetRef = { kind: "Pod", name: "pod-1" };
+    assert.equal(tracker.endpointSliceUpdate(s1b, false), false);
+    assert.equal(tracker.pendingChanges(), 0);
+    assert.equal(em.apply(tracker).changedServices.size, 0);
+  });
+
+  it("collapses a change and its revert, and an add and its delete", () => {
+    const { tracker, em } = setup();
+    const s1 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]);
+    const s1b = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.2"] }], [tcp("p", 80)]);
+    tracker.endpointSliceUpdate(s1, false);
+    em.apply(tracker);
+    assert.equal(tracker.endpointSliceUpdate(s1b, false), true);
+    assert.equal(tracker.pendingChanges(), 1);
+    assert.deepEqual(tracker.pendingServices(), new Set(["ns1/svc1"]));
+    tracker.endpointSliceUpdate(s1, false);
+    assert.equal(tracker.pendingChanges(), 0);
+    const s2 = slice("ns1", "svc2", "s2", [{ addresses: ["10.0.0.3"] }], [tcp("p", 80)]);
+    assert.equal(tracker.endpointSliceUpdate(s2, false), true);
+    assert.equal(tracker.endpointSliceUpdate(s2, true), true);
+    assert.equal(tracker.pendingChanges(), 0);
+    assert.equal(tracker.endpointSliceUpdate(s2, true), false, "deleting an unknown slice changes nothing");
+    assert.equal(em.apply(tracker).changedServices.size, 0);
+  });
+
+  it("reports UDP endpoints that stop serving, and UDP ports that start serving", () => {
+    const { tracker, em } = setup();
+    const udp: EndpointPort = { name: "dns", port: 53, protocol: "UDP" };
+    const withConditions = (serving: boolean) =>
+      slice("ns1", "dns", "s1", [{
+        addresses: ["10.0.0.1"],
+        conditions: { ready: serving, serving, terminating: !serving },
+      }], [
+        udp,
+      ]);
+    tracker.endpointSliceUpdate(withConditions(false), false);
+    let result = em.apply(tracker);
+    assert.deepEqual(
+      [...result.newlyActiveUDPServices],
+      [],
+      "a non-serving endpoint does not activate the port",
+    );
+    tracker.endpointSliceUpdate(withConditions(true), false);
+    result = em.apply(tracker);
+    assert.deepEqual([...result.newlyActiveUDPServices], [key("ns1", "dns", "dns", "UDP")]);
+    assert.deepEqual(result.deletedUDPEndpoints, []);
+    tracker.endpointSliceUpdate(withConditions(false), false);
+    result = em.apply(tracker);
+    assert.deepEqual(result.deletedUDPEndpoints, [{
+      servicePortKey: key("ns1", "dns", "dns", "UDP"),
+      endpoint: "10.0.0.1:53",
+      ip: "10.0.0.1",
+    }]);
+  });
+
+  it("counts distinct local ready IPs per Service, never terminating ones", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [
+        { addresses: ["10.0.0.1"], nodeName: NODE },
+        {
+          addresses: ["10.0.0.2"],
+          nodeName: NODE,
+          conditions: { ready: false, serving: true, terminating: true },
+        },
+        { addresses: ["10.0.0.3"], nodeName: "elsewhere" },
+      ], [tcp("a", 80), tcp("b", 81)]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(Object.fromEntries(em.localReadyEndpoints()), { "ns1/svc1": 1 });
+  });
+});
+
+describe("EndpointsChangeTracker: trigger times", () => {
+  const annotation = "endpoints.kubernetes.io/last-change-trigger-time";
+
+  it("records trigger times on add and update, drops them on delete", () => {
+    const { tracker, em } = setup("IPv4", new Date("2024-01-01T00:00:00Z"));
+    const s = (ip: string, t: string) =>
+      slice("ns1", "svc1", "s1", [{ addresses: [ip] }], [tcp("p", 80)], "IPv4", { [annotation]: t });
+    tracker.endpointSliceUpdate(s("10.0.0.1", "2024-05-01T10:00:00Z"), false);
+    tracker.endpointSliceUpdate(s("10.0.0.2", "2024-05-01T10:00:01.5+02:00"), false);
+    tracker.endpointSliceUpdate(s("10.0.0.3", "2023-12-31T23:59:59Z"), false); // before the tracker started
+    let result = em.apply(tracker);
+    assert.deepEqual(
+      result.lastChangeTriggerTimes.get("ns1/svc1")?.map((d) => d.toISOString()),
+      ["2024-05-01T10:00:00.000Z", "2024-05-01T08:00:01.500Z"],
+    );
+    tracker.endpointSliceUpdate(s("10.0.0.4", "2024-05-01T11:00:00Z"), false);
+    tracker.endpointSliceUpdate(s("10.0.0.4", "2024-05-01T11:00:00Z"), true);
+    result = em.apply(tracker);
+    assert.equal(result.lastChangeTriggerTimes.size, 0);
+  });
+
+  it("warns about an unparsable trigger time", () => {
+    const { tracker, warnings } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)], "IPv4", {
+        [annotation]: "yesterday",
+      }),
+      false,
+    );
+    assert.deepEqual(warnings, [
+      `EndpointSlice ns1/s1: metadata.annotations["${annotation}"]: not an RFC 3339 time (got "yesterday")`,
+    ]);
+  });
+});
+
+describe("EndpointsChangeTracker: validation", () => {
+  it("skips a garbage address with a warning naming the slice and keeps the rest", () => {
+    const { tracker, em, warnings } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "svc1-abc", [
+        { addresses: ["10.0.0.1"] },
+        { addresses: ["10.0.0.2 -j ACCEPT"] },
+        { addresses: [] },
+        { addresses: ["10.0.0.3\n-A KUBE-SERVICES -j ACCEPT"] },
+        { addresses: ["10.0.0.4"] },
+      ], [tcp("p", 80), { name: "--dport 1 -j ACCEPT", port: 81, protocol: "TCP" }, {
+        name: "q",
+        port: 70000,
+        protocol: "TCP",
+      }, { name: "r", port: 82, protocol: "ICMP" }]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()], [key("ns1", "svc1", "p")]);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => e.endpoint), ["10.0.0.1:80", "10.0.0.4:80"]);
+    assert.deepEqual(warnings, [
+      'ignoring ports[1] of EndpointSlice ns1/svc1-abc: name: must be a DNS label (got "--dport 1 -j ACCEPT")',
+      "ignoring ports[2] of EndpointSlice ns1/svc1-abc: port: must be 1-65535 (got 70000)",
+      'ignoring ports[3] of EndpointSlice ns1/svc1-abc: protocol: must be TCP, UDP or SCTP (got "ICMP")',
+      'ignoring endpoints[1] of EndpointSlice ns1/svc1-abc: addresses[0]: not a valid IP address (got "10.0.0.2 -j ACCEPT")',
+      "ignoring endpoints[2] of EndpointSlice ns1/svc1-abc: addresses: must be a non-empty list (got [])",
+      'ignoring endpoints[3] of EndpointSlice ns1/svc1-abc: addresses[0]: not a valid IP address (got "10.0.0.3\\n-A KUBE-SERVICES -j ACCEPT")',
+    ]);
+  });
+
+  it("rejects slices whose Service name or namespace could not be a rule comment", () => {
+    const { tracker, em, warnings } = setup();
+    const good = slice("ns1", "good", "good-1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]);
+    const badService = slice("ns1", 'svc" -j ACCEPT', "s1", [{ addresses: ["10.0.0.2"] }], [tcp("p", 80)]);
+    const badNamespace = slice("ns1\nx", "svc1", "s2", [{ addresses: ["10.0.0.3"] }], [tcp("p", 80)]);
+    const badSliceName = slice("ns1", "svc1", "S 3", [{ addresses: ["10.0.0.4"] }], [tcp("p", 80)]);
+    assert.equal(tracker.endpointSliceUpdate(good, false), true);
+    assert.equal(tracker.endpointSliceUpdate(badService, false), false);
+    assert.equal(tracker.endpointSliceUpdate(badNamespace, false), false);
+    assert.equal(tracker.endpointSliceUpdate(badSliceName, false), false);
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()], [key("ns1", "good", "p")]);
+    assert.deepEqual(warnings, [
+      `ignoring EndpointSlice ns1/s1: metadata.labels["kubernetes.io/service-name"]: must be a DNS label (got "svc\\" -j ACCEPT")`,
+      'ignoring EndpointSlice "ns1\\nx"/s2: metadata.namespace: must be a DNS label (got "ns1\\nx")',
+      'ignoring EndpointSlice ns1/"S 3": metadata.name: must be a DNS subdomain (got "S 3")',
+    ]);
+    for (const w of warnings) assert.ok(!w.includes("\n"));
+  });
+
+  it("never throws on malformed slices", () => {
+    const garbage: unknown[] = [
+      null,
+      7,
+      { addressType: "IPv4" },
+      {
+        addressType: "IPv4",
+        metadata: { namespace: "ns1", name: "s", labels: { "kubernetes.io/service-name": "x" } },
+      },
+      {
+        addressType: "IPv4",
+        metadata: {
+          namespace: "ns1",
+          name: "s",
+          labels: { "kubernetes.io/service-name": "x" },
+          annotations: 5,
+        },
+        endpoints: "nope",
+        ports: { 0: 1 },
+      },
+      {
+        addressType: "IPv4",
+        metadata: { namespace: "ns1", name: "s", labels: { "kubernetes.io/service-name": "x" } },
+        endpoints: [null, 4, { addresses: "10.0.0.1" }, { addresses: [7] }, {
+          addresses: ["10.0.0.1"],
+          conditions: 3,
+          hints: 2,
+        }],
+        ports: [null, { port: 80, name: 9 }, { port: 80, protocol: 6 }, { port: 80 }],
+      },
+    ];
+    const { tracker, em } = setup();
+    for (const g of garbage) {
+      assert.doesNotThrow(() => tracker.endpointSliceUpdate(g as EndpointSlice, false));
+      assert.doesNotThrow(() => tracker.endpointSliceUpdate(g as EndpointSlice, true));
+    }
+    assert.doesNotThrow(() => em.apply(tracker));
+  });
+});
+
+describe("EndpointsChangeTracker: scale", () => {
+  it("applies one endpoint change among 10k Services without touching the others", () => {
+    const { tracker, em } = setup();
+    const make = (i: number, ip: string) =>
+      slice(
+        "ns",
+        `svc${i}`,
+        `svc${i}-1`,
+        [{ addresses: [ip] }, { addresses: [`10.1.${i >> 8}.${i & 255}`] }],
+        [
+          tcp("p", 80),
+        ],
+      );
+    for (let i = 0; i < 10000; i++) tracker.endpointSliceUpdate(make(i, "10.0.0.1"), false);
+    assert.equal(em.apply(tracker).changedServices.size, 10000);
+    assert.equal(em.size, 10000);
+    tracker.endpointSliceUpdate(make(777, "10.0.0.2"), false);
+    const result = em.apply(tracker);
+    assert.deepEqual([...result.changedServices], ["ns/svc777"]);
+    assert.deepEqual([...result.updatedServices], [key("ns", "svc777", "p")]);
+    assert.equal(em.size, 10000);
+    assert.deepEqual(em.get(key("ns", "svc777", "p"))?.map((e) => e.ip), ["10.0.0.2", "10.1.3.9"]);
+  });
+});
+
+describe("sameValue (slice change detection without a text copy per slice)", () => {
+  it("equal by value; differs on any value, key, order or length", () => {
+    const a = {
+      ports: [{ name: "http", port: 80, protocol: "TCP" }],
+      endpoints: [{ ip: "10.0.0.1", ready: true }],
+    };
+    assert.ok(sameValue(a, structuredClone(a)));
+    assert.ok(!sameValue(a, { ...a, endpoints: [{ ip: "10.0.0.2", ready: true }] }));
+    assert.ok(!sameValue(a, { ...a, endpoints: [{ ip: "10.0.0.1", ready: false }] }));
+    assert.ok(!sameValue(a, { ...a, endpoints: [] }));
+    assert.ok(!sameValue({ x: 1, y: 2 }, { y: 2, x: 1 }), "key order matters, as in the JSON it replaces");
+    assert.ok(!sameValue({ x: [1] }, { x: { 0: 1 } }));
+    assert.ok(!sameValue({ x: null }, { x: {} }));
+    assert.ok(sameValue(null, null));
+  });
+});

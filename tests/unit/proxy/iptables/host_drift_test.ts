@@ -1,0 +1,219 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import {
+  checkDriftCheap,
+  compareSavedToExpectation,
+  type DriftExpectation,
+  DriftTracker,
+  hasJumpRule,
+} from "../../../../lib/proxy/iptables/drift.ts";
+import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../../../lib/proxy/iptables/jump_rules_table.ts";
+import { parseIptablesSave } from "../../../../lib/proxy/iptables/save_parse.ts";
+import type { ExecResult, IptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
+
+const PAYLOAD_FULL = [
+  "*filter",
+  ":KUBE-SERVICES - [0:0]",
+  ":KUBE-FORWARD - [0:0]",
+  "-A KUBE-FORWARD -j ACCEPT",
+  "COMMIT",
+  "*nat",
+  ":KUBE-SERVICES - [0:0]",
+  ":KUBE-MARK-MASQ - [0:0]",
+  ":KUBE-SVC-A - [0:0]",
+  ":KUBE-SEP-A1 - [0:0]",
+  ":KUBE-SEP-OLD - [0:0]",
+  "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
+  "-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 80 -j KUBE-SVC-A",
+  "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS",
+  "-A KUBE-SVC-A -j KUBE-SEP-A1",
+  "-A KUBE-SEP-A1 -s 10.244.0.2/32 -j KUBE-MARK-MASQ",
+  "-A KUBE-SEP-A1 -p tcp -j DNAT --to-destination 10.244.0.2:80",
+  "-X KUBE-SEP-OLD",
+  "COMMIT",
+  "",
+].join("\n");
+
+const NAT_JUMPS = IPTABLES_JUMP_RULES.filter((r) => r.table === "nat");
+
+/** What iptables-save would print for PAYLOAD_FULL plus the nat jump rules. */
+function savedOK(): string {
+  return [
+    "*nat",
+    ":PREROUTING ACCEPT [0:0]",
+    ":OUTPUT ACCEPT [0:0]",
+    ":POSTROUTING ACCEPT [0:0]",
+    ":KUBE-SERVICES - [0:0]",
+    ":KUBE-MARK-MASQ - [0:0]",
+    ":KUBE-SVC-A - [0:0]",
+    ":KUBE-SEP-A1 - [0:0]",
+    ...NAT_JUMPS.map(jumpRuleLine),
+    "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
+    "-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-A",
+    "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS",
+    "-A KUBE-SVC-A -j KUBE-SEP-A1",
+    "-A KUBE-SEP-A1 -s 10.244.0.2/32 -j KUBE-MARK-MASQ",
+    "-A KUBE-SEP-A1 -p tcp -m tcp -j DNAT --to-destination 10.244.0.2:80",
+    "COMMIT",
+    "*filter",
+    ":KUBE-SERVICES - [0:0]",
+    ":KUBE-FORWARD - [0:0]",
+    "-A KUBE-FORWARD -j ACCEPT",
+    "COMMIT",
+  ].join("\n");
+}
+
+describe("DriftTracker.recordRestore", () => {
+  it("is empty before the first full sync", () => {
+    const t = new DriftTracker(NAT_JUMPS);
+    t.recordRestore(PAYLOAD_FULL, false);
+    assert.equal(t.expectation(), null);
+  });
+  it("learns rule counts of fixed and per-service chains; deleted chains are not expected", () => {
+    const t = new DriftTracker(NAT_JUMPS);
+    t.recordRestore(PAYLOAD_FULL, true);
+    const e = t.expectation()!;
+    assert.deepEqual(Object.fromEntries(e.fixedChains.get("nat")!), {
+      "KUBE-SERVICES": 2,
+      "KUBE-MARK-MASQ": 1,
+    });
+    assert.deepEqual(Object.fromEntries(e.fixedChains.get("filter")!), {
+      "KUBE-SERVICES": 0,
+      "KUBE-FORWARD": 1,
+    });
+    assert.deepEqual(Object.fromEntries(e.serviceChains), { "KUBE-SVC-A": 1, "KUBE-SEP-A1": 2 });
+  });
+  it("partial syncs merge; full syncs replace; reset forgets", () => {
+    const t = new DriftTracker(NAT_JUMPS);
+    t.recordRestore(PAYLOAD_FULL, true);
+    t.recordRestore(
+      "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-B - [0:0]\n-A KUBE-SVC-B -j RETURN\n-X KUBE-SEP-A1\nCOMMIT\n",
+      false,
+    );
+    const e = t.expectation()!;
+    assert.deepEqual(Object.fromEntries(e.serviceChains), { "KUBE-SVC-A": 1, "KUBE-SVC-B": 1 });
+    assert.equal(e.fixedChains.get("nat")!.get("KUBE-SERVICES"), 0);
+    t.recordRestore("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n", true);
+    assert.equal(t.expectation()!.serviceChains.size, 0);
+    t.reset();
+    assert.equal(t.expectation(), null);
+  });
+});
+
+describe("compareSavedToExpectation", () => {
+  const tracker = new DriftTracker(NAT_JUMPS);
+  tracker.recordRestore(PAYLOAD_FULL, true);
+  const exp = tracker.expectation()!;
+
+  it("no drift when the kernel matches (rule text normalised by iptables does not matter)", () => {
+    const r = compareSavedToExpectation(parseIptablesSave(savedOK()), exp);
+    assert.deepEqual(r.reasons, []);
+    assert.equal(r.chainsChecked, 6);
+  });
+  it("a flushed KUBE-SERVICES", () => {
+    const text = savedOK().split("\n").filter((l) => !l.startsWith("-A KUBE-SERVICES")).join("\n");
+    assert.deepEqual(compareSavedToExpectation(parseIptablesSave(text), exp).reasons, [
+      "nat KUBE-SERVICES has 0 rules, expected 2",
+    ]);
+  });
+  it("a deleted jump rule and a deleted per-service chain", () => {
+    const text = savedOK().split("\n").filter((l) =>
+      !l.startsWith("-A PREROUTING") && !l.includes("KUBE-SEP-A1 ") && l !== ":KUBE-SEP-A1 - [0:0]"
+    ).join("\n");
+    assert.deepEqual(compareSavedToExpectation(parseIptablesSave(text), exp).reasons, [
+      "nat PREROUTING lacks the jump to KUBE-SERVICES",
+      "nat KUBE-SEP-A1 is missing",
+    ]);
+  });
+  it("everything wiped; reasons capped", () => {
+    const r = compareSavedToExpectation(
+      parseIptablesSave("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"),
+      exp,
+      3,
+    );
+    assert.equal(r.reasons.length, 3);
+  });
+});
+
+describe("hasJumpRule", () => {
+  it("matches iptables -S / iptables-save rendering of each jump rule, not other rules", () => {
+    for (const rule of IPTABLES_JUMP_RULES) {
+      assert.ok(hasJumpRule([jumpRuleLine(rule)], rule), jumpRuleLine(rule));
+      assert.ok(!hasJumpRule([`-A ${rule.fromChain} -j ${rule.toChain}-X`], rule));
+    }
+    const withNew = IPTABLES_JUMP_RULES.find((r) => r.extraArgs.length > 0)!;
+    assert.ok(
+      !hasJumpRule([
+        `-A ${withNew.fromChain} -m comment --comment "${withNew.comment}" -j ${withNew.toChain}`,
+      ], withNew),
+    );
+  });
+});
+
+/** Answers `iptables -S <chain> -t <table>` from a saved ruleset; records argv. */
+function fakeRunner(saveText: string): IptablesRunner & { calls: string[][] } {
+  const saved = parseIptablesSave(saveText);
+  const calls: string[][] = [];
+  return {
+    family: "IPv4",
+    version: { parts: [1, 8, 9], text: "1.8.9", backend: "nf_tables" },
+    versionNote: "",
+    features: { hasCheck: true, hasRandomFully: true, waitFlags: ["-w", "5"], restoreWaitFlags: [] },
+    binaries: { iptables: "/x/iptables", save: "/x/iptables-save", restore: "/x/iptables-restore" },
+    calls,
+    restore: () => Promise.reject(new Error("unused")),
+    save: () => Promise.reject(new Error("unused")),
+    exec(args: readonly string[]): Promise<ExecResult> {
+      calls.push([...args]);
+      assert.deepEqual(args.slice(0, 3), ["-w", "5", "-S"]);
+      const chain = args[3];
+      const table = args[5];
+      const c = saved.get(table)?.chains.get(chain);
+      if (c === undefined) {
+        return Promise.resolve({
+          code: 1,
+          stdout: "",
+          stderr: "iptables: No chain/target/match by that name.\n",
+        });
+      }
+      return Promise.resolve({ code: 0, stdout: [`-N ${chain}`, ...c.rules, ""].join("\n"), stderr: "" });
+    },
+  };
+}
+
+describe("checkDriftCheap (fake iptables -S)", () => {
+  const tracker = new DriftTracker(NAT_JUMPS);
+  tracker.recordRestore(PAYLOAD_FULL, true);
+  const exp: DriftExpectation = tracker.expectation()!;
+
+  it("lists built-in chains, fixed chains and the sample, one -S each", async () => {
+    const runner = fakeRunner(savedOK());
+    const r = await checkDriftCheap(runner, exp, ["KUBE-SEP-A1"]);
+    assert.deepEqual(r.reasons, []);
+    assert.equal(r.drifted, false);
+    // 3 nat built-ins (PREROUTING, OUTPUT, POSTROUTING) + 4 fixed chains + 1 sampled.
+    assert.equal(r.commands, 8);
+    assert.deepEqual(runner.calls.map((c) => `${c[5]} ${c[3]}`).slice(0, 3), [
+      "nat OUTPUT",
+      "nat PREROUTING",
+      "nat POSTROUTING",
+    ]);
+  });
+  it("reports a flushed chain precisely", async () => {
+    const text = savedOK().split("\n").filter((l) => !l.startsWith("-A KUBE-SERVICES")).join("\n");
+    const r = await checkDriftCheap(fakeRunner(text), exp, []);
+    assert.deepEqual(r.reasons, ["nat KUBE-SERVICES has 0 rules, expected 2"]);
+    assert.equal(r.drifted, true);
+  });
+  it("the tracker rotates the sample over per-service chains", async () => {
+    const runner = fakeRunner(savedOK());
+    const sampled: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const before = runner.calls.length;
+      await tracker.check(runner, { sampleSize: 1 });
+      sampled.push(runner.calls[runner.calls.length - 1][3]);
+      assert.equal(runner.calls.length - before, 3 + 4 + 1);
+    }
+    assert.deepEqual(sampled, ["KUBE-SEP-A1", "KUBE-SVC-A", "KUBE-SEP-A1"]);
+  });
+});
