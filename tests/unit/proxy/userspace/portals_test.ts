@@ -1,13 +1,17 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import * as net from "node:net";
-import { UserspaceBackend } from "../../lib/proxy/userspace/backend.ts";
-import { portalJumps, renderPortalCleanup, renderPortalRules } from "../../lib/proxy/userspace/portals.ts";
-import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
-import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
-import { NO_LOCAL_DETECTION } from "../../lib/proxy/local_detect.ts";
-import { servicePortKey } from "../../lib/proxy/types.ts";
-import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
+import { UserspaceBackend } from "../../../../lib/proxy/userspace/backend.ts";
+import {
+  portalJumps,
+  renderPortalCleanup,
+  renderPortalRules,
+} from "../../../../lib/proxy/userspace/portals.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import { NO_LOCAL_DETECTION } from "../../../../lib/proxy/local_detect.ts";
+import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
 
 describe("renderPortalRules", () => {
   it("writes each destination to the CONTAINER and HOST chains, sorted, in one nat transaction", () => {

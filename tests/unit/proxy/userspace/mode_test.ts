@@ -1,10 +1,10 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { backendFor, PROXY_BACKENDS } from "../../lib/app/backends.ts";
-import { validateConfig } from "../../lib/config/validate.ts";
-import { defaultConfig } from "../../lib/config/defaults.ts";
-import { Registry } from "../../lib/metrics/registry.ts";
-import { registerUserspaceMetrics } from "../../lib/proxy/userspace/metrics.ts";
+import { backendFor, PROXY_BACKENDS } from "../../../../lib/app/backends.ts";
+import { validateConfig } from "../../../../lib/config/validate.ts";
+import { defaultConfig } from "../../../../lib/config/defaults.ts";
+import { Registry } from "../../../../lib/metrics/registry.ts";
+import { registerUserspaceMetrics } from "../../../../lib/proxy/userspace/metrics.ts";
 
 describe("userspace mode wiring", () => {
   it("is a backend and a valid mode", () => {

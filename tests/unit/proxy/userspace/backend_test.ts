@@ -2,15 +2,20 @@ import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import * as net from "node:net";
 import * as dgram from "node:dgram";
-import { UserspaceBackend } from "../../lib/proxy/userspace/backend.ts";
-import type { ServiceAddressHost } from "../../lib/proxy/userspace/interface_addresses.ts";
-import type { ProxyState } from "../../lib/proxy/provider.ts";
-import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
-import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
-import { NO_LOCAL_DETECTION } from "../../lib/proxy/local_detect.ts";
-import { servicePortKey } from "../../lib/proxy/types.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../lib/proxy/types.ts";
-import { makeEndpoint, makeServicePort, type ServicePortFixture, TEST_NODE_NAME } from "../support/tracer.ts";
+import { UserspaceBackend } from "../../../../lib/proxy/userspace/backend.ts";
+import type { ServiceAddressHost } from "../../../../lib/proxy/userspace/interface_addresses.ts";
+import type { ProxyState } from "../../../../lib/proxy/provider.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import { NO_LOCAL_DETECTION } from "../../../../lib/proxy/local_detect.ts";
+import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
+import {
+  makeEndpoint,
+  makeServicePort,
+  type ServicePortFixture,
+  TEST_NODE_NAME,
+} from "../../../support/tracer.ts";
 
 // Loopback: every 127.0.0.0/8 address is local, so the fake address host only records.
 class FakeAddresses implements ServiceAddressHost {

@@ -1,7 +1,12 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { LoadBalancerRR } from "../../lib/proxy/userspace/load_balancer.ts";
-import { makeEndpoint, makeServicePort, type ServicePortFixture, TEST_NODE_NAME } from "../support/tracer.ts";
+import { LoadBalancerRR } from "../../../../lib/proxy/userspace/load_balancer.ts";
+import {
+  makeEndpoint,
+  makeServicePort,
+  type ServicePortFixture,
+  TEST_NODE_NAME,
+} from "../../../support/tracer.ts";
 
 const KEY = "ns1/svc1:p80/TCP";
 
