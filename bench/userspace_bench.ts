@@ -96,10 +96,14 @@ async function proxyRole(): Promise<void> {
     log: { warn: (m) => console.error(m), debug: () => {} },
     steering: {
       kind: "none",
-      addresses: { device: "lo", sync: () => Promise.resolve(), removeAll: () => Promise.resolve() },
+      addresses: {
+        device: "lo",
+        sync: () => Promise.resolve(),
+        removeAll: () => Promise.resolve(),
+        nodeAddresses: () => Promise.resolve([]),
+      },
     },
     nodePortAddresses: [],
-    nodeIPs: () => [],
     udpIdleTimeoutMs: 5000,
   });
   const services = new ServicePortMap();

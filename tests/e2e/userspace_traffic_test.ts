@@ -140,7 +140,9 @@ for (const portals of ["none", "iptables"] as const) {
         assert.deepEqual(
           new Set(tcp),
           new Set([`pod2@${A.podGateway}`, `remote@${A.remotePodGateway}`]),
-          `${tcp}\nagent log:\n${c.agent?.tail()}`,
+          `${tcp}\nlisteners:\n${(await c.node.exec(["ss", "-ltn"])).stdout}\naddrs:\n${
+            (await c.node.exec(["ip", "-4", "-o", "addr"])).stdout
+          }`,
         );
         assert.equal(tcp[0] === tcp[1], false, `round robin alternates: ${tcp}`);
         const udp = await ask(c.client, A.nodeIP, NP.udp, { proto: "udp", count: 2 });

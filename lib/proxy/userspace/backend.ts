@@ -39,8 +39,6 @@ export interface UserspaceBackendOptions {
   /** How service addresses reach the listeners. */
   readonly steering: Steering;
   readonly nodePortAddresses: readonly string[];
-  /** Local addresses of this family (node-port listeners bind those inside nodePortAddresses). */
-  readonly nodeIPs: () => readonly string[];
   readonly udpIdleTimeoutMs?: number;
   readonly closeGraceMs?: number;
   readonly deadEndpointBackoffMs?: number;
@@ -128,8 +126,14 @@ export class UserspaceBackend implements Provider {
     let externalNoLocal = 0;
     const want = new Map<string, Portal>();
     const serviceAddresses = new Set<string>();
-    const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(o.nodeIPs());
     const st = o.steering;
+    // Node ports bind each node address (portals=none). The addresses come from the host with portals=none
+    // (every interface, up or not, without the service addresses), as upstream reads them.
+    const nodePortIPs = st.kind === "none"
+      ? newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(
+        await st.addresses.nodeAddresses(o.family),
+      )
+      : [];
     const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
     for (const [key, svc] of state.services) {

@@ -4,10 +4,13 @@
  * driver, else on `lo` — so the listeners bind them directly and no netfilter rule is needed.
  *
  * ARP: Linux answers ARP requests for any local address on any interface by default (arp_ignore=0), so
- * every node would claim every service IP on the wire. Before adding addresses this sets
- * net.ipv4.conf.all.arp_ignore=1 (answer only for addresses of the receiving interface) and
- * arp_announce=2 (use the outgoing interface's address as ARP source), as the IPVS mode's strictARP does.
+ * every node would claim every service IP on the wire. Before adding addresses this sets arp_ignore=1
+ * (answer only for addresses of the receiving interface) and arp_announce=2 (use the outgoing interface's
+ * address as ARP source) on each interface that has an IPv4 address of its own — the node's links to other
+ * hosts. Not on `all`: routed pod networks keep the pods' gateway address on lo and answer ARP for it on
+ * the address-less pod veths, which arp_ignore=1 would stop.
  */
+import { networkInterfaces } from "node:os";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { ensureSysctl, isUnavailableError, ProcSysctl, type Sysctl } from "../../host/sysctl.ts";
 import type { IPFamily } from "../types.ts";
@@ -23,6 +26,11 @@ export interface ServiceAddressHost {
   sync(family: IPFamily, addresses: ReadonlySet<string>): Promise<void>;
   /** Removes what {@link sync} added (cleanup). */
   removeAll(family: IPFamily): Promise<void>;
+  /**
+   * The node's own addresses of a family on every interface, whatever its link state, without the service
+   * addresses this host added (node ports bind these).
+   */
+  nodeAddresses(family: IPFamily): Promise<string[]>;
 }
 
 /** Runs `ip` with arguments; returns stdout, throws with stderr on failure. */
@@ -53,20 +61,29 @@ export async function createServiceAddressHost(
     warn(`cannot create dummy interface ${device} (${(e as Error).message}); using lo for service addresses`);
     device = "lo";
   }
-  for (
-    const [name, value] of [["net/ipv4/conf/all/arp_ignore", 1], [
-      "net/ipv4/conf/all/arp_announce",
-      2,
-    ]] as const
-  ) {
-    try {
-      await ensureSysctl(sysctl, name, value);
-    } catch (e) {
-      if (!isUnavailableError(e)) throw e;
-      warn(`cannot set ${name}=${value}: other hosts may see ARP replies for service addresses`);
+  for (const ifname of hostLinks(device)) {
+    for (const [key, value] of [["arp_ignore", 1], ["arp_announce", 2]] as const) {
+      const name = `net/ipv4/conf/${ifname}/${key}`;
+      try {
+        await ensureSysctl(sysctl, name, value);
+      } catch (e) {
+        if (!isUnavailableError(e)) throw e;
+        warn(`cannot set ${name}=${value}: other hosts may see ARP replies for service addresses`);
+      }
     }
   }
   return new IpServiceAddressHost(device, ip);
+}
+
+/** Interfaces with an IPv4 address of their own, except lo and `device` (links to other hosts). */
+export function hostLinks(device: string): string[] {
+  return Object.entries(networkInterfaces())
+    .filter(([name, addrs]) =>
+      name !== "lo" && name !== device && /^[A-Za-z0-9_.-]+$/.test(name) &&
+      (addrs ?? []).some((a) => a.family === "IPv4" && !a.internal)
+    )
+    .map(([name]) => name)
+    .sort();
 }
 
 /** Addresses kept with `ip addr`. */
@@ -106,6 +123,17 @@ export class IpServiceAddressHost implements ServiceAddressHost {
   /** @inheritdoc */
   async removeAll(family: IPFamily): Promise<void> {
     await this.sync(family, new Set());
+  }
+
+  /** @inheritdoc */
+  async nodeAddresses(family: IPFamily): Promise<string[]> {
+    const owned = await this.#ownedOf(family);
+    const out = await this.#ip([family === "IPv6" ? "-6" : "-4", "-o", "addr", "show"]);
+    const found = new Set<string>();
+    for (const m of out.matchAll(/\binet6? ([0-9a-fA-F:.]+)\/\d+ .*?scope (\w+)/g)) {
+      if (m[2] !== "link" && !owned.has(m[1])) found.add(m[1]);
+    }
+    return [...found].sort();
   }
 
   /**

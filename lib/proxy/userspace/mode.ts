@@ -87,7 +87,6 @@ export function createUserspaceBackend(): ProxyBackend {
         log,
         steering,
         nodePortAddresses: config.nodePortAddresses ?? [],
-        nodeIPs: () => ctx.nodeIPs(family),
         udpIdleTimeoutMs: ctx.options?.udpIdleTimeout,
         categorize: {
           preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),

@@ -28,6 +28,9 @@ class FakeAddresses implements ServiceAddressHost {
   removeAll(): Promise<void> {
     return Promise.resolve();
   }
+  nodeAddresses(): Promise<string[]> {
+    return Promise.resolve(["127.0.0.1"]);
+  }
 }
 
 const quiet = { warn: () => {}, debug: () => {} };
@@ -82,7 +85,6 @@ function backend(extra: Partial<ConstructorParameters<typeof UserspaceBackend>[0
     log: quiet,
     steering: { kind: "none", addresses: new FakeAddresses() },
     nodePortAddresses: ["127.0.0.0/8"],
-    nodeIPs: () => ["127.0.0.1"],
     closeGraceMs: 200,
     ...extra,
   });

@@ -91,7 +91,6 @@ describe("UserspaceBackend with iptables portals", () => {
         ensureJumps: () => (jumps++, Promise.resolve()),
       },
       nodePortAddresses: [],
-      nodeIPs: () => ["127.0.0.1"],
     });
     try {
       const svc = makeServicePort("ns", "web", {
