@@ -18,6 +18,8 @@ import type { ServiceAddressHost } from "./interface_addresses.ts";
 import { type PortalRule, renderPortalRules } from "./portals.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { joinHostPort } from "../../net/go_net.ts";
+import { cidrContains, parseCIDR, parseIP } from "../../net/ip.ts";
+import type { LocalDetection } from "../local_detect.ts";
 
 /** Default time a closed service port's connections may finish. */
 export const DEFAULT_CLOSE_GRACE_MS = 10_000;
@@ -39,6 +41,10 @@ export interface UserspaceBackendOptions {
   /** How service addresses reach the listeners. */
   readonly steering: Steering;
   readonly nodePortAddresses: readonly string[];
+  /** Whether node ports answer on loopback addresses (upstream iptables.localhostNodePorts). */
+  readonly localhostNodePorts?: boolean;
+  /** The node's own addresses of this family (a connection from one is the node's own traffic). */
+  readonly localAddresses?: () => readonly string[];
   readonly udpIdleTimeoutMs?: number;
   readonly closeGraceMs?: number;
   readonly deadEndpointBackoffMs?: number;
@@ -74,11 +80,13 @@ interface Portal {
   readonly port: number;
   /** With iptables portals: the destinations steered to this listener (null ip: a node port). */
   readonly destinations: { ip: string | null; port: number }[];
+  /** loadBalancerSourceRanges a client must be inside (load-balancer IP listeners only; empty: any). */
+  readonly sourceRanges: readonly string[];
 }
 
 function portalKey(p: Portal): string {
   return p.port === 0
-    ? `${p.protocol}/${p.serviceKey}/${p.kind}`
+    ? `${p.protocol}/${p.serviceKey}/${p.kind}${p.sourceRanges.length > 0 ? "/ranged" : ""}`
     : `${p.protocol}/${joinHostPort(p.address, p.port)}`;
 }
 
@@ -92,6 +100,7 @@ export class UserspaceBackend implements Provider {
   readonly #closing = new Set<Promise<void>>();
   #warnedSCTP = new Set<string>();
   #jumpsEnsured = false;
+  #localSources: (ip: string) => boolean = () => false;
 
   constructor(o: UserspaceBackendOptions) {
     this.#o = o;
@@ -129,11 +138,13 @@ export class UserspaceBackend implements Provider {
     const st = o.steering;
     // Node ports bind each node address (portals=none). The addresses come from the host with portals=none
     // (every interface, up or not, without the service addresses), as upstream reads them.
-    const nodePortIPs = st.kind === "none"
-      ? newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(
-        await st.addresses.nodeAddresses(o.family),
-      )
-      : [];
+    const nodeAddresses = st.kind === "none" ? await st.addresses.nodeAddresses(o.family) : [];
+    const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(nodeAddresses)
+      .filter((ip) => o.localhostNodePorts !== false || !isLoopback(ip));
+    this.#localSources = localSourceMatcher(state.localDetection, [
+      ...nodeAddresses,
+      ...(o.localAddresses?.() ?? []),
+    ]);
     const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
     for (const [key, svc] of state.services) {
@@ -152,10 +163,18 @@ export class UserspaceBackend implements Provider {
         continue;
       }
       const protocol = svc.protocol as "TCP" | "UDP";
-      const add = (kind: TrafficKind, ip: string | null, port: number) => {
+      const add = (kind: TrafficKind, ip: string | null, port: number, ranges: readonly string[] = []) => {
         if (st.kind === "none") {
           if (ip === null) return;
-          const p: Portal = { serviceKey: key, kind, protocol, address: ip, port, destinations: [] };
+          const p: Portal = {
+            serviceKey: key,
+            kind,
+            protocol,
+            address: ip,
+            port,
+            destinations: [],
+            sourceRanges: ranges,
+          };
           want.set(portalKey(p), p);
           return;
         }
@@ -166,6 +185,8 @@ export class UserspaceBackend implements Provider {
           address: listenIP,
           port: 0,
           destinations: [],
+          // Load-balancer IPs with source ranges get a listener of their own that checks the client.
+          sourceRanges: ranges,
         };
         const k = portalKey(probe);
         if (!want.has(k)) want.set(k, probe);
@@ -173,8 +194,12 @@ export class UserspaceBackend implements Provider {
       };
       add("internal", svc.clusterIP, svc.port);
       serviceAddresses.add(svc.clusterIP);
-      for (const ip of [...svc.externalIPs, ...svc.loadBalancerVIPs]) {
+      for (const ip of svc.externalIPs) {
         add("external", ip, svc.port);
+        serviceAddresses.add(ip);
+      }
+      for (const ip of svc.loadBalancerVIPs) {
+        add("external", ip, svc.port, svc.loadBalancerSourceRanges);
         serviceAddresses.add(ip);
       }
       if (svc.nodePort > 0) {
@@ -189,7 +214,7 @@ export class UserspaceBackend implements Provider {
       const w = want.get(k);
       if (
         w && w.serviceKey === l.portal.serviceKey && w.kind === l.portal.kind &&
-        w.address === l.portal.address
+        w.address === l.portal.address && w.sourceRanges.join() === l.portal.sourceRanges.join()
       ) {
         this.#listeners.set(k, { portal: w, socket: l.socket }); // new destinations, same socket
         continue;
@@ -211,7 +236,12 @@ export class UserspaceBackend implements Provider {
             address: p.address,
             port: p.port,
             picker: {
-              next: (clientIP, reset) => this.#lb.nextEndpoint(p.serviceKey, p.kind, clientIP, reset),
+              next: (clientIP, reset) => {
+                // Pods and the node reach external destinations through the cluster endpoints.
+                const kind = p.kind === "external" && this.#localSources(clientIP) ? "cluster" : p.kind;
+                return this.#lb.nextEndpoint(p.serviceKey, kind, clientIP, reset);
+              },
+              admit: p.sourceRanges.length === 0 ? undefined : sourceRangeMatcher(p.sourceRanges),
               dialFailed: (ep) => this.#lb.markDialFailed(ep.endpoint),
               dialSucceeded: (ep) => this.#lb.markDialSucceeded(ep.endpoint),
             },
@@ -242,7 +272,7 @@ export class UserspaceBackend implements Provider {
           });
         }
       }
-      const payload = renderPortalRules(o.family, rules);
+      const payload = renderPortalRules(o.family, rules, { localhostNodePorts: o.localhostNodePorts });
       await st.restore(payload);
       if (opts.full || !this.#jumpsEnsured) {
         await st.ensureJumps();
@@ -283,4 +313,30 @@ export class UserspaceBackend implements Provider {
       noEndpoints: () => counters.noEndpoints++,
     };
   }
+}
+
+function isLoopback(ip: string): boolean {
+  return ip.startsWith("127.") || ip === "::1";
+}
+
+/** Matches a client address against CIDRs. */
+function sourceRangeMatcher(cidrs: readonly string[]): (ip: string) => boolean {
+  const parsed = cidrs.flatMap((c) => {
+    const p = parseCIDR(c);
+    return p ? [p] : [];
+  });
+  return (ip) => {
+    const b = parseIP(ip);
+    return b !== null && parsed.some((c) => cidrContains(c, b));
+  };
+}
+
+/** True for a pod of this node (by the local-traffic detection's CIDR) or the node itself. */
+function localSourceMatcher(
+  detection: LocalDetection,
+  nodeAddresses: readonly string[],
+): (ip: string) => boolean {
+  const own = new Set(nodeAddresses);
+  const pods = detection.kind === "cidr" ? sourceRangeMatcher([detection.cidr]) : () => false;
+  return (ip) => own.has(ip) || isLoopback(ip) || pods(ip);
 }

@@ -7,14 +7,18 @@
  * balancer only answers "where does the next connection go".
  *
  * Traffic to the cluster IP uses the internal pool (internalTrafficPolicy), traffic to a node port,
- * external IP or load-balancer IP the external pool (externalTrafficPolicy), as the iptables mode's
- * KUBE-SVC and KUBE-EXT chains do.
+ * external IP or load-balancer IP the external pool (externalTrafficPolicy) unless it comes from a pod or
+ * the node (then the cluster pool), as the iptables mode's KUBE-SVC and KUBE-EXT chains do.
  */
 import type { EndpointInfo, ServicePortInfo } from "../types.ts";
 import { categorizeEndpoints, type CategorizeOptions } from "../topology.ts";
 
-/** Which of a service port's pools a connection uses: to the cluster IP, or to an external destination. */
-export type TrafficKind = "internal" | "external";
+/**
+ * Which of a service port's pools a connection uses: to the cluster IP (internalTrafficPolicy), to an
+ * external destination (externalTrafficPolicy), or to an external destination from a pod or the node itself
+ * (cluster endpoints, as upstream's KUBE-EXT chain short-circuits local traffic to KUBE-SVC).
+ */
+export type TrafficKind = "internal" | "external" | "cluster";
 
 /** Default time a failed endpoint is skipped by round robin. */
 export const DEFAULT_DEAD_ENDPOINT_BACKOFF_MS = 5_000;
@@ -46,6 +50,7 @@ interface ServicePortState {
   stickyMs: number;
   internal: Pool;
   external: Pool;
+  cluster: Pool;
 }
 
 function newPool(endpoints: readonly EndpointInfo[]): Pool {
@@ -87,12 +92,18 @@ export class LoadBalancerRR {
     const stickyMs = svc.stickyMaxAgeSeconds * 1000;
     const prev = this.#services.get(key);
     if (!prev) {
-      this.#services.set(key, { stickyMs, internal: newPool(internal), external: newPool(external) });
+      this.#services.set(key, {
+        stickyMs,
+        internal: newPool(internal),
+        external: newPool(external),
+        cluster: newPool(cat.clusterEndpoints),
+      });
       return;
     }
     prev.stickyMs = stickyMs;
     updatePool(prev.internal, internal, stickyMs);
     updatePool(prev.external, external, stickyMs);
+    updatePool(prev.cluster, cat.clusterEndpoints, stickyMs);
   }
 
   /** Forgets a service port (its Service or port was removed). */
@@ -167,7 +178,7 @@ export class LoadBalancerRR {
   cleanupStale(): void {
     const now = this.#o.now();
     for (const s of this.#services.values()) {
-      for (const pool of [s.internal, s.external]) {
+      for (const pool of [s.internal, s.external, s.cluster]) {
         for (const [ip, a] of pool.affinity) if (now - a.lastUsedMs >= s.stickyMs) pool.affinity.delete(ip);
       }
     }

@@ -86,6 +86,8 @@ export function createUserspaceBackend(): ProxyBackend {
         nodeName: ctx.nodeName,
         log,
         steering,
+        localhostNodePorts: config.iptables.localhostNodePorts,
+        localAddresses: () => ctx.nodeIPs(family),
         nodePortAddresses: config.nodePortAddresses ?? [],
         udpIdleTimeoutMs: ctx.options?.udpIdleTimeout,
         categorize: {

@@ -101,7 +101,11 @@ function isWildcard(ip: string): boolean {
  * The nat payload for `rules` (sorted for deterministic output): each rule once in the CONTAINER chain
  * and once in the HOST chain.
  */
-export function renderPortalRules(family: IPFamily, rules: readonly PortalRule[]): string {
+export function renderPortalRules(
+  family: IPFamily,
+  rules: readonly PortalRule[],
+  opts: { readonly localhostNodePorts?: boolean } = {},
+): string {
   const C = PORTAL_CHAINS;
   const prefix = family === "IPv6" ? 128 : 32;
   const sorted = [...rules].sort((a, b) =>
@@ -121,7 +125,11 @@ export function renderPortalRules(family: IPFamily, rules: readonly PortalRule[]
       ? [C.nodePortContainer, C.nodePortHost]
       : [C.portalsContainer, C.portalsHost];
     lines.push(`-A ${container} ${match.join(" ")} ${target}`);
-    lines.push(`-A ${host} ${match.join(" ")} ${target}`);
+    // The node's own connections to 127.0.0.0/8 reach node ports only with localhostNodePorts (IPv4).
+    const noLoopback = r.ip === null && opts.localhostNodePorts === false && family === "IPv4"
+      ? " ! -d 127.0.0.0/8"
+      : "";
+    lines.push(`-A ${host} ${match.join(" ")}${noLoopback} ${target}`);
   }
   lines.push("COMMIT", "");
   return lines.join("\n");

@@ -22,6 +22,8 @@ export const DEFAULT_UDP_IDLE_TIMEOUT_MS = 250;
 export interface EndpointPicker {
   /** Next endpoint for `clientIP`, or null when the service port has none. */
   next(clientIP: string, resetAffinity: boolean): EndpointInfo | null;
+  /** Whether a client may use this listener at all (loadBalancerSourceRanges); absent: everyone. */
+  admit?: (clientIP: string) => boolean;
   dialFailed(ep: EndpointInfo): void;
   dialSucceeded(ep: EndpointInfo): void;
 }
@@ -127,6 +129,10 @@ async function dialAndSplice(
   conns: Set<net.Socket>,
 ): Promise<void> {
   const clientIP = stripMapped(client.remoteAddress);
+  if (o.picker.admit && !o.picker.admit(clientIP)) {
+    client.destroy(); // outside loadBalancerSourceRanges
+    return;
+  }
   let upstream: net.Socket | null = null;
   for (let attempt = 0; attempt < timeouts.length && upstream === null; attempt++) {
     if (client.destroyed) return;
@@ -240,6 +246,7 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
     const key = hostPort(rinfo.address, rinfo.port);
     let s = sessions.get(key);
     if (!s) {
+      if (o.picker.admit && !o.picker.admit(stripMapped(rinfo.address))) return;
       const ep = o.picker.next(stripMapped(rinfo.address), false);
       if (ep === null) {
         o.stats.noEndpoints();

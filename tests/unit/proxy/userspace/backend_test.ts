@@ -214,6 +214,45 @@ describe("UserspaceBackend (TCP over loopback)", () => {
   });
 });
 
+describe("UserspaceBackend: who may use an external address, and which endpoints they reach", () => {
+  it("loadBalancerSourceRanges: a client outside the ranges is closed at once, one inside is proxied", async () => {
+    const a = await namedServer("a");
+    const port = await freePort();
+    const be = backend();
+    const mk = (ranges: string[]) =>
+      svc("ranged", {
+        clusterIP: "127.0.0.67",
+        portNumber: port,
+        loadBalancerVIPs: ["127.0.0.68"],
+        loadBalancerSourceRanges: ranges,
+      });
+    await be.sync(state([[mk(["10.0.0.0/8"]), [makeEndpoint("127.0.0.1", a)]]]), { full: true });
+    await assert.rejects(connect("127.0.0.68", port), /closed before a line|ECONNRESET/);
+    assert.equal((await connect("127.0.0.67", port)).first, "a", "the cluster IP is not guarded");
+    await be.sync(state([[mk(["127.0.0.0/8"]), [makeEndpoint("127.0.0.1", a)]]]), { full: false });
+    assert.equal((await connect("127.0.0.68", port)).first, "a");
+  });
+
+  it("eTP=Local: the node's own connections to an external address use every endpoint", async () => {
+    const [a, b] = [await namedServer("a"), await namedServer("b")];
+    const port = await freePort();
+    const s = svc("etp", {
+      clusterIP: "127.0.0.69",
+      portNumber: port,
+      externalIPs: ["127.0.0.70"],
+      externalPolicyLocal: true,
+    });
+    const eps = [makeEndpoint("127.0.0.1", a), makeEndpoint("127.0.0.1", b, { nodeName: TEST_NODE_NAME })];
+    // The client is 127.0.0.1, the node itself: the cluster endpoints, as upstream's KUBE-EXT short-circuit.
+    const ext = backend();
+    await ext.sync(state([[s, eps]]), { full: true });
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) seen.push((await connect("127.0.0.70", port)).first);
+    assert.deepEqual(seen, ["a", "b", "a", "b"]);
+    await ext.close();
+  });
+});
+
 describe("UserspaceBackend (UDP over loopback)", () => {
   it("forwards datagrams per client session and replies from the service address", async () => {
     const echo = dgram.createSocket("udp4");

@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { LoadBalancerRR } from "../../../../lib/proxy/userspace/load_balancer.ts";
+import { LoadBalancerRR, type TrafficKind } from "../../../../lib/proxy/userspace/load_balancer.ts";
 import {
   makeEndpoint,
   makeServicePort,
@@ -22,7 +22,7 @@ function picks(
   b: LoadBalancerRR,
   n: number,
   client = "10.1.0.1",
-  kind: "internal" | "external" = "internal",
+  kind: TrafficKind = "internal",
 ) {
   const out: string[] = [];
   for (let i = 0; i < n; i++) out.push(b.nextEndpoint(KEY, kind, client)?.ip ?? "none");
@@ -68,6 +68,13 @@ describe("LoadBalancerRR: round robin", () => {
     assert.deepEqual(picks(b, 2, "10.1.0.1", "external"), ["10.0.0.2", "10.0.0.2"]);
     b.onEndpointsUpdate(KEY, svc({ internalPolicyLocal: true }), eps, {});
     assert.deepEqual(picks(b, 2, "10.1.0.1", "internal"), ["10.0.0.2", "10.0.0.2"]);
+  });
+
+  it("the cluster pool (external destinations from pods and the node) ignores externalTrafficPolicy", () => {
+    const b = lb();
+    const eps = [makeEndpoint("10.0.0.1", 80), makeEndpoint("10.0.0.2", 80, { nodeName: TEST_NODE_NAME })];
+    b.onEndpointsUpdate(KEY, svc({ nodePort: 30080, externalPolicyLocal: true }), eps, {});
+    assert.deepEqual(picks(b, 2, "10.1.0.1", "cluster"), ["10.0.0.1", "10.0.0.2"]);
   });
 
   it("keeps the cursor when the endpoint list is unchanged and clamps it when it shrinks", () => {
