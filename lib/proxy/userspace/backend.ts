@@ -198,8 +198,14 @@ export class UserspaceBackend implements Provider {
         add("external", ip, svc.port);
         serviceAddresses.add(ip);
       }
+      // A load-balancer IP itself is always an allowed source (hairpin through the load balancer), as upstream's
+      // "-s <ingress IP>" rule in the firewall chain.
+      const ranges = svc.loadBalancerSourceRanges.length === 0 ? [] : [
+        ...svc.loadBalancerSourceRanges,
+        ...svc.loadBalancerVIPs.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`),
+      ];
       for (const ip of svc.loadBalancerVIPs) {
-        add("external", ip, svc.port, svc.loadBalancerSourceRanges);
+        add("external", ip, svc.port, ranges);
         serviceAddresses.add(ip);
       }
       if (svc.nodePort > 0) {
