@@ -141,10 +141,8 @@ export class UserspaceBackend implements Provider {
     const nodeAddresses = st.kind === "none" ? await st.addresses.nodeAddresses(o.family) : [];
     const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(nodeAddresses)
       .filter((ip) => o.localhostNodePorts !== false || !isLoopback(ip));
-    this.#localSources = localSourceMatcher(state.localDetection, [
-      ...nodeAddresses,
-      ...(o.localAddresses?.() ?? []),
-    ]);
+    const ownAddresses = [...nodeAddresses, ...(o.localAddresses?.() ?? [])];
+    this.#localSources = localSourceMatcher(state.localDetection, ownAddresses);
     const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
     for (const [key, svc] of state.services) {
@@ -198,12 +196,15 @@ export class UserspaceBackend implements Provider {
         add("external", ip, svc.port);
         serviceAddresses.add(ip);
       }
-      // A load-balancer IP itself is always an allowed source (hairpin through the load balancer), as upstream's
-      // "-s <ingress IP>" rule in the firewall chain.
-      const ranges = svc.loadBalancerSourceRanges.length === 0 ? [] : [
-        ...svc.loadBalancerSourceRanges,
-        ...svc.loadBalancerVIPs.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`),
-      ];
+      // The node's own connections to a local load-balancer IP come from that IP: allowed when a range holds
+      // a node address, as upstream's "-s <ingress IP>" firewall rule is written only then.
+      const inRanges = sourceRangeMatcher(svc.loadBalancerSourceRanges);
+      const ranges = svc.loadBalancerSourceRanges.length === 0 ? [] : ownAddresses.some(inRanges)
+        ? [
+          ...svc.loadBalancerSourceRanges,
+          ...svc.loadBalancerVIPs.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`),
+        ]
+        : svc.loadBalancerSourceRanges;
       for (const ip of svc.loadBalancerVIPs) {
         add("external", ip, svc.port, ranges);
         serviceAddresses.add(ip);
