@@ -45,6 +45,8 @@ export interface UserspaceBackendOptions {
   readonly localhostNodePorts?: boolean;
   /** The node's own addresses of this family (a connection from one is the node's own traffic). */
   readonly localAddresses?: () => readonly string[];
+  /** The node's primary IP of this family, or null (load-balancer source ranges). */
+  readonly primaryNodeIP?: () => string | null;
   readonly udpIdleTimeoutMs?: number;
   readonly closeGraceMs?: number;
   readonly deadEndpointBackoffMs?: number;
@@ -142,6 +144,7 @@ export class UserspaceBackend implements Provider {
     const nodePortIPs = newNodePortAddresses(o.family, o.nodePortAddresses).nodeIPs(nodeAddresses)
       .filter((ip) => o.localhostNodePorts !== false || !isLoopback(ip));
     const ownAddresses = [...nodeAddresses, ...(o.localAddresses?.() ?? [])];
+    const primaryIP = o.primaryNodeIP?.() ?? null;
     this.#localSources = localSourceMatcher(state.localDetection, ownAddresses);
     const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
@@ -197,9 +200,11 @@ export class UserspaceBackend implements Provider {
         serviceAddresses.add(ip);
       }
       // The node's own connections to a local load-balancer IP come from that IP: allowed when a range holds
-      // a node address, as upstream's "-s <ingress IP>" firewall rule is written only then.
+      // the node's primary IP, as upstream's "-s <ingress IP>" firewall rule is written only then.
       const inRanges = sourceRangeMatcher(svc.loadBalancerSourceRanges);
-      const ranges = svc.loadBalancerSourceRanges.length === 0 ? [] : ownAddresses.some(inRanges)
+      const ranges = svc.loadBalancerSourceRanges.length === 0
+        ? []
+        : primaryIP !== null && inRanges(primaryIP)
         ? [
           ...svc.loadBalancerSourceRanges,
           ...svc.loadBalancerVIPs.map((ip) => `${ip}/${ip.includes(":") ? 128 : 32}`),

@@ -88,6 +88,7 @@ export function createUserspaceBackend(): ProxyBackend {
         steering,
         localhostNodePorts: config.iptables.localhostNodePorts,
         localAddresses: () => ctx.nodeIPs(family),
+        primaryNodeIP: () => ctx.primaryNodeIP(family),
         nodePortAddresses: config.nodePortAddresses ?? [],
         udpIdleTimeoutMs: ctx.options?.udpIdleTimeout,
         categorize: {
