@@ -181,10 +181,12 @@ export async function runAgent(
   const nodeTracker = new NodeTracker();
   const ctx: BackendContext = {
     config,
+    options,
     dryRun,
     nodeName,
     log,
     metrics: metrics.kubeproxy,
+    registry: metrics.registry,
     out: (text) => process.stdout.write(text),
     nodeIPs: (family) => (dryRun ? [] : localAddresses(family)),
     primaryNodeIP: (family) => primaryNodeIP(family, nodeTracker.node, config.bindAddress),

@@ -5,11 +5,13 @@
 import type { ProxyBackend } from "../proxy/provider.ts";
 import { createIptablesBackend } from "../proxy/iptables/mode.ts";
 import { createNftablesBackend } from "../proxy/nftables/mode.ts";
+import { createUserspaceBackend } from "../proxy/userspace/mode.ts";
 
 /** Every proxy mode edgeproxy implements, by its `mode` value. */
 export const PROXY_BACKENDS: Readonly<Record<string, () => ProxyBackend>> = Object.freeze({
   iptables: createIptablesBackend,
   nftables: () => createNftablesBackend(),
+  userspace: createUserspaceBackend,
 });
 
 /**

@@ -502,7 +502,8 @@ export const FLAGS: readonly FlagDef[] = [
   {
     ...base("proxy-mode", "ProxyMode", "config", {
       group: "iptables proxier",
-      usage: "Which proxy mode to use: 'iptables' (the default when empty) or 'nftables'.",
+      usage: "Which proxy mode to use: 'iptables' (the default when empty), 'nftables', or 'userspace' (a " +
+        "round-robin proxy in the process, for nodes without kernel load balancing; see --userspace-portals).",
     }),
     configPath: "mode",
     set: (s, raw) => {
@@ -709,6 +710,26 @@ export const FLAGS: readonly FlagDef[] = [
   opt("cache-start-deadline", "duration", "cacheStartDeadline", nonNegativeDuration, durationText, {
     group: "edgeproxy",
     usage: "How long to wait for the apiserver at start before programming the rules from the state cache.",
+  }),
+  opt(
+    "userspace-portals",
+    "string",
+    "userspacePortals",
+    (raw) => {
+      if (raw !== "iptables" && raw !== "none") throw new FlagValueError('must be "iptables" or "none"');
+      return raw;
+    },
+    quoted,
+    {
+      group: "edgeproxy",
+      usage:
+        "With --proxy-mode=userspace, how service addresses reach the proxy: 'iptables' (REDIRECT/DNAT " +
+        "portal rules) or 'none' (service IPs become local addresses; no netfilter).",
+    },
+  ),
+  opt("udp-timeout", "duration", "udpIdleTimeout", positiveDuration, durationText, {
+    group: "edgeproxy",
+    usage: "With --proxy-mode=userspace, how long an idle UDP session is kept open. Must be greater than 0.",
   }),
 
   // IPVS and other accepted-but-ineffective flags

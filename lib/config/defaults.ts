@@ -206,5 +206,7 @@ export function defaultOptions(): EdgeproxyOptions {
     cleanup: false,
     initOnly: false,
     cacheStartDeadline: 3 * SECOND,
+    userspacePortals: "none",
+    udpIdleTimeout: 250,
   };
 }

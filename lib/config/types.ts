@@ -138,6 +138,10 @@ export interface EdgeproxyOptions {
   master: string;
   cleanup: boolean;
   initOnly: boolean;
+  /** --userspace-portals: how the userspace mode steers service addresses to its listeners. */
+  userspacePortals: "iptables" | "none";
+  /** --udp-timeout: idle timeout of a userspace-mode UDP session (upstream udpIdleTimeout). */
+  udpIdleTimeout: DurationMs;
   /** How long to wait for the apiserver at start before programming from the state cache. */
   cacheStartDeadline: DurationMs;
   /** The --config file, watched like upstream: a change ends the process so its supervisor restarts it. */

@@ -17,10 +17,10 @@ import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 
-/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables and nftables. */
-export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables"];
+/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables and userspace. */
+export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace"];
 
-/** The supported modes as one phrase for error messages ("iptables|nftables"). */
+/** The supported modes as one phrase for error messages ("iptables|nftables|userspace"). */
 export const SUPPORTED_PROXY_MODES_TEXT = SUPPORTED_PROXY_MODES.filter((m) => m !== "").join("|");
 
 /** Local-traffic detection modes upstream accepts. */

@@ -9,8 +9,9 @@ import type { IPFamily } from "./types.ts";
 import type { ServicePortMap } from "./service_change_tracker.ts";
 import type { EndpointsMap } from "./endpoints_change_tracker.ts";
 import type { LocalDetection } from "./local_detect.ts";
-import type { KubeProxyConfiguration } from "../config/types.ts";
+import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
 import type { KubeProxyMetrics } from "../metrics/kubeproxy.ts";
+import type { Registry } from "../metrics/registry.ts";
 
 /** What the loop hands a provider on each sync: the whole proxy state of one family. */
 export interface ProxyState {
@@ -53,6 +54,8 @@ export interface Provider {
 /** What the composition root gives a backend to build its providers with. */
 export interface BackendContext {
   readonly config: KubeProxyConfiguration;
+  /** edgeproxy's own flags (modes read their flag-only settings here); absent in tests that need none. */
+  readonly options?: Readonly<EdgeproxyOptions>;
   /** --dry-run: print what would be programmed; touch nothing on the host. */
   readonly dryRun: boolean;
   readonly nodeName: string;
@@ -63,6 +66,8 @@ export interface BackendContext {
     debug(msg: string): void;
   };
   readonly metrics: KubeProxyMetrics;
+  /** The metric registry, for a mode's own metric families; absent in tests that need none. */
+  readonly registry?: Registry;
   /** Where --dry-run output goes. */
   readonly out: (text: string) => void;
   /** Local addresses of a family (for nodePortAddresses). */

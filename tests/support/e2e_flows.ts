@@ -186,12 +186,29 @@ function describeResults(rs: readonly EchoResult[]): string {
   ).join(", ");
 }
 
+/**
+ * How a proxy mode's traffic semantics differ from the kernel modes' (the tables' expectations), for modes
+ * that proxy in a process: the endpoint then always sees the node's address, and "reject" is a connection
+ * accepted and closed at once (TCP) or no answer (UDP). A mode never changes which endpoints answer.
+ */
+export interface FlowSemantics {
+  /** The endpoint sees the node's address for every flow (a `preserved` source is the node's too). */
+  readonly sourceAlwaysNode?: boolean;
+  /** `reject` / `drop`: closed at once without a reply (TCP) or no answer (UDP) instead of a kernel verdict. */
+  readonly closeInsteadOfReject?: boolean;
+  /** Flows this mode cannot express, by a reason; return null to run the flow. */
+  readonly skip?: (f: Flow) => string | null;
+}
+
 /** Sends one flow and checks its outcome: "" when it holds, else what went wrong; `skip` when not expressible. */
 export async function runE2eFlow(
   plan: E2eFlowPlan,
   f: Flow,
   hosts: E2eFlowHosts,
+  semantics: FlowSemantics = {},
 ): Promise<{ skip: string } | { failure: string }> {
+  const modeSkip = semantics.skip?.(f) ?? null;
+  if (modeSkip !== null) return { skip: modeSkip };
   const protocol = f.to.protocol ?? "TCP";
   if (protocol === "SCTP") return { skip: "SCTP (no SCTP echo server)" };
   if ("verdict" in f.expect && f.expect.verdict === "accept") {
@@ -240,7 +257,7 @@ export async function runE2eFlow(
         continue;
       }
       const seen = r.remote.replace(/:\d+$/, "");
-      const want = e.source === "preserved" ? from.ip : owner.masqueradedAs;
+      const want = e.source === "preserved" && !semantics.sourceAlwaysNode ? from.ip : owner.masqueradedAs;
       if (seen !== want) problems.push(`${r.id} saw ${seen}, expected ${e.source} (${want})`);
     }
     const answered = new Set(rs.flatMap((r) => (typeof r === "object" && "id" in r ? [r.id] : [])));
@@ -259,7 +276,10 @@ export async function runE2eFlow(
     ? await udpRequestSeeingRejects(from.ns, { host, port: f.to.port, timeoutMs: 1000 })
     : await hosts.cluster.request(from.ns, { host, port: f.to.port, proto, timeoutMs: 1000 });
   const r = rs[0];
-  const ok = e.verdict === "reject"
+  const closed = typeof r === "object" && r !== null && "error" in r && r.error === "closed without reply";
+  const ok = semantics.closeInsteadOfReject && (e.verdict === "reject" || e.verdict === "drop")
+    ? (proto === "tcp" ? closed || r === "refused" : r === "timeout")
+    : e.verdict === "reject"
     ? r === "refused"
     : e.verdict === "drop"
     ? r === "timeout"
@@ -321,6 +341,7 @@ export async function runE2eTable(
   barrier: SyncBarrier,
   /** A proxy mode's reason not to run a flow it does not express (an expectation is never changed). */
   modeSkip: (f: Flow) => string | null = () => null,
+  semantics: FlowSemantics = {},
 ): Promise<{ failures: string[]; skipped: string[]; ran: number }> {
   const plan = planTable(table, hosts);
   if (typeof plan === "string") return { failures: [], skipped: [`whole table: ${plan}`], ran: 0 };
@@ -339,7 +360,7 @@ export async function runE2eTable(
     await barrier.sync();
     for (const f of flows) {
       const why = modeSkip(f);
-      const r = why !== null ? { skip: why } : await runE2eFlow(plan, f, hosts);
+      const r = why !== null ? { skip: why } : await runE2eFlow(plan, f, hosts, semantics);
       if ("skip" in r) skipped.push(`${stage}${f.name}: ${r.skip}`);
       else {
         ran++;

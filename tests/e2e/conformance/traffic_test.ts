@@ -26,7 +26,13 @@ import { EDGEPROXY_BINARY } from "../../support/e2e_agent.ts";
 import { e2eEndpointSlice, e2eService } from "../../support/e2e_objects.ts";
 import { httpGetIn } from "../../support/e2e_http.ts";
 import { pollUntil } from "../../support/e2e_poll.ts";
-import { type E2eFlowHosts, mapCIDR, runE2eTable, SyncBarrier } from "../../support/e2e_flows.ts";
+import {
+  type E2eFlowHosts,
+  type FlowSemantics,
+  mapCIDR,
+  runE2eTable,
+  SyncBarrier,
+} from "../../support/e2e_flows.ts";
 import { FLOW_TABLES, type FlowConfig } from "../../support/flows/index.ts";
 import type { Flow } from "../../support/flows/types.ts";
 
@@ -37,7 +43,23 @@ interface ProxyMode {
   readonly configArgs: (config: FlowConfig) => string[];
   /** Why the mode does not run a flow (what it cannot express), or null. */
   readonly skipFlow?: (f: Flow) => string | null;
+  /** Flags of a variant of the mode (e.g. the userspace mode's portals), and its label. */
+  readonly variant?: { readonly label: string; readonly args: readonly string[] };
+  /** Where the mode's traffic semantics differ from the tables' kernel expectations. */
+  readonly semantics?: FlowSemantics;
 }
+
+/** The userspace mode: a proxy in the process, so endpoints see the node and nothing is rejected by the kernel. */
+const USERSPACE_SEMANTICS: FlowSemantics = { sourceAlwaysNode: true, closeInsteadOfReject: true };
+
+const userspaceArgs = (c: FlowConfig): string[] => [
+  // Which sources are pods (external destinations from pods use all endpoints, as in the kernel modes).
+  ...(c.localDetector === "none" ? ["--cluster-cidr="] : []),
+  ...(c.nodePortAddresses?.length
+    ? [`--nodeport-addresses=${c.nodePortAddresses.map(mapCIDR).join(",")}`]
+    : []),
+  ...(c.localhostNodePorts === false ? ["--iptables-localhost-nodeports=false"] : []),
+];
 
 const MODES: readonly ProxyMode[] = [
   {
@@ -67,6 +89,12 @@ const MODES: readonly ProxyMode[] = [
         ? "localhost NodePorts: not supported in nftables mode (as upstream)"
         : null,
   },
+  ...(["none", "iptables"] as const).map((portals) => ({
+    name: "userspace",
+    configArgs: userspaceArgs,
+    variant: { label: `portals=${portals}`, args: [`--userspace-portals=${portals}`, "--udp-timeout=2s"] },
+    semantics: USERSPACE_SEMANTICS,
+  })),
 ];
 
 /** "" when the binary accepts --proxy-mode=<mode>, else its complaint. */
@@ -84,7 +112,8 @@ for (const mode of MODES) {
     console.log(`SKIP tests/e2e/conformance/traffic_test.ts (--proxy-mode=${mode.name}): ${skip}`);
   }
 
-  describe(`conformance, --proxy-mode=${mode.name}: real traffic`, { skip: skip || undefined }, () => {
+  const label = mode.variant ? `${mode.name} (${mode.variant.label})` : mode.name;
+  describe(`conformance, --proxy-mode=${label}: real traffic`, { skip: skip || undefined }, () => {
     let c: E2eCluster;
     let hosts: E2eFlowHosts;
     let barrier: SyncBarrier;
@@ -102,7 +131,12 @@ for (const mode of MODES) {
 
     /** Runs the agent with the flags of these settings (restarting it when they differ). */
     const agentFor = async (config: FlowConfig) => {
-      const extraArgs = ["--proxy-mode", mode.name, ...mode.configArgs(config)];
+      const extraArgs = [
+        "--proxy-mode",
+        mode.name,
+        ...(mode.variant?.args ?? []),
+        ...mode.configArgs(config),
+      ];
       const key = extraArgs.join(" ");
       if (key === agentFlags && c.agent?.exit() === null) return;
       checkAgentLog();
@@ -127,7 +161,7 @@ for (const mode of MODES) {
     for (const table of FLOW_TABLES) {
       it(`${table.group}: ${table.name}`, { timeout: 120_000 }, async () => {
         await agentFor(table.config ?? {});
-        const r = await runE2eTable(table, hosts, barrier, mode.skipFlow);
+        const r = await runE2eTable(table, hosts, barrier, mode.skipFlow, mode.semantics);
         for (const s of r.skipped) console.log(`  skipped: ${s}`);
         assert.deepEqual(r.failures, [], `${r.failures.length} of ${r.ran} flows failed`);
       });

@@ -75,7 +75,16 @@ const UPSTREAM_FLAGS = [
   "help",
 ];
 
-const OWN_FLAGS = ["state-dir", "api-mode", "poll-interval", "manifests", "dry-run", "cache-start-deadline"];
+const OWN_FLAGS = [
+  "state-dir",
+  "api-mode",
+  "poll-interval",
+  "manifests",
+  "dry-run",
+  "cache-start-deadline",
+  "userspace-portals",
+  "udp-timeout",
+];
 
 /** Parses argv onto a fresh state. */
 function parse(argv: string[]) {
@@ -200,6 +209,8 @@ describe("pflag syntax", () => {
       "--master=https://10.0.0.1:6443",
       "--cleanup",
       "--init-only=true",
+      "--userspace-portals=none",
+      "--udp-timeout=2s",
     ]).state;
     assert.deepEqual(s.options, {
       stateDir: "",
@@ -211,6 +222,8 @@ describe("pflag syntax", () => {
       cleanup: true,
       initOnly: true,
       cacheStartDeadline: 0,
+      userspacePortals: "none",
+      udpIdleTimeout: 2000,
     });
   });
   it("--version without a value means true, --version=raw is kept", () => {
@@ -294,15 +307,23 @@ describe("pflag errors (one line, pflag's wording)", () => {
       ["--cache-start-deadline=-1s"],
       'invalid argument "-1s" for "--cache-start-deadline" flag: must be greater than or equal to 0',
     ],
-    [["--proxy-mode=ipvs"], 'edgeproxy implements only --proxy-mode=iptables|nftables (got "ipvs")'],
+    [
+      ["--proxy-mode=ipvs"],
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs")',
+    ],
     [
       ["--proxy-mode=kernelspace"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables (got "kernelspace")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "kernelspace")',
     ],
     [
-      ["--proxy-mode=userspace"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables (got "userspace")',
+      ["--proxy-mode=ebpf"],
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ebpf")',
     ],
+    [
+      ["--userspace-portals=nat"],
+      'invalid argument "nat" for "--userspace-portals" flag: must be "iptables" or "none"',
+    ],
+    [["--udp-timeout=0s"], 'invalid argument "0s" for "--udp-timeout" flag: must be greater than 0'],
     [
       ["--proxy-port-range=100-50"],
       'invalid argument "100-50" for "--proxy-port-range" flag: "100-50" is not a valid port range: end port cannot be less than start port',

@@ -204,6 +204,8 @@ describe("helpers", () => {
       cleanup: false,
       initOnly: false,
       cacheStartDeadline: 3_000,
+      userspacePortals: "none",
+      udpIdleTimeout: 250,
     });
   });
 });

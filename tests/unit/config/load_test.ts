@@ -149,8 +149,8 @@ const BAD: Array<[string, string, string]> = [
   ],
   [
     "unknown mode",
-    HEAD + "mode: userspace\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables modes (got "userspace")',
+    HEAD + "mode: ebpf\n",
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes (got "ebpf")',
   ],
   [
     "unknown detectLocalMode",

@@ -145,15 +145,15 @@ test("node labels and the local detection (from podCIDRs) reach the provider; a 
   });
 });
 
-test("the mode → backend factory knows iptables and nftables and names the field for anything else", () => {
-  assert.deepEqual(Object.keys(PROXY_BACKENDS), ["iptables", "nftables"]);
+test("the mode → backend factory knows iptables, nftables and userspace and names the field for anything else", () => {
+  assert.deepEqual(Object.keys(PROXY_BACKENDS), ["iptables", "nftables", "userspace"]);
   const b = backendFor("iptables");
   assert.equal(typeof b.provider, "function");
   assert.equal(typeof b.families, "function");
   assert.equal(typeof b.cleanup, "function");
   assert.throws(
     () => backendFor("ipvs"),
-    /^Error: mode: unsupported proxy mode "ipvs" \(supported: iptables, nftables\)$/,
+    /^Error: mode: unsupported proxy mode "ipvs" \(supported: iptables, nftables, userspace\)$/,
   );
   assert.throws(() => backendFor("toString"), /unsupported proxy mode "toString"/);
 });

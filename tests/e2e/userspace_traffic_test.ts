@@ -1,0 +1,237 @@
+/**
+ * End to end, `--proxy-mode=userspace`: dist/edgeproxy runs inside the "node" namespace against the test
+ * apiserver; real TCP and UDP from pods, the external client and the node go through the proxy process.
+ * Userspace semantics: the endpoint always sees the node as the source (the proxy dials it), and a Service
+ * without endpoints closes the connection at once (no kernel REJECT).
+ * Topology: tests/support/e2e_cluster.ts. Needs root, `ip netns` and dist/edgeproxy (`bash compile.sh`).
+ */
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import {
+  createE2eCluster,
+  E2E_ADDRS as A,
+  type E2eCluster,
+  type E2ePod,
+  e2eUnavailableReason,
+} from "../support/e2e_cluster.ts";
+import { e2eEndpointSlice, e2eService, type E2eServicePort } from "../support/e2e_objects.ts";
+import { httpGetIn } from "../support/e2e_http.ts";
+import { pollUntil } from "../support/e2e_poll.ts";
+import type { EchoResult } from "../support/echo_server.ts";
+import type { Netns } from "../support/netns.ts";
+
+const skip = e2eUnavailableReason();
+if (skip !== "") console.log(`SKIP tests/e2e/userspace_traffic_test.ts: ${skip}`);
+
+const ECHO = 8080;
+const HTTP: E2eServicePort = { name: "http", port: 80, targetPort: ECHO };
+const DNS: E2eServicePort = { name: "dns", port: 53, targetPort: ECHO, protocol: "UDP" };
+const SLICE = [{ name: "http", port: ECHO }, { name: "dns", port: ECHO, protocol: "UDP" as const }];
+
+const IP = {
+  web: "10.96.0.10",
+  np: "10.96.0.11",
+  spread: "10.96.0.15",
+  sticky: "10.96.0.16",
+  empty: "10.96.0.17",
+  external: "192.0.2.20",
+};
+const NP = { tcp: 30080, udp: 30053, empty: 30083 };
+
+/** "pod1@10.244.1.1" per result, or the failure as JSON. */
+function seen(rs: readonly EchoResult[]): string[] {
+  return rs.map((r) =>
+    typeof r === "object" && r !== null && "id" in r
+      ? `${r.id}@${r.remote.replace(/:\d+$/, "")}`
+      : JSON.stringify(r)
+  );
+}
+
+for (const portals of ["none", "iptables"] as const) {
+  describe(
+    `edgeproxy userspace mode e2e (--userspace-portals=${portals})`,
+    { skip: skip || undefined },
+    () => {
+      let c: E2eCluster;
+      let pods: readonly E2ePod[];
+      const args = ["--proxy-mode=userspace", `--userspace-portals=${portals}`, "--udp-timeout=2s"];
+
+      async function ask(
+        from: Netns,
+        host: string,
+        port: number,
+        o: { count?: number; proto?: "tcp" | "udp" } = {},
+      ) {
+        return seen(
+          await c.request(from, { host, port, proto: o.proto, count: o.count ?? 1, timeoutMs: 2000 }),
+        );
+      }
+
+      async function startAndWait(): Promise<void> {
+        await c.startAgent({ extraArgs: args, waitReady: false });
+        await pollUntil(
+          () => c.request(c.client, { host: IP.sticky, port: 80, timeoutMs: 1000 }),
+          (rs) => typeof rs[0] === "object" && rs[0] !== null && "id" in rs[0],
+          { timeoutMs: 20000, what: "the userspace listeners to answer" },
+        ).catch((e) => {
+          throw new Error(`${(e as Error).message}\nagent log:\n${c.agent?.tail()}`);
+        });
+      }
+
+      before(async () => {
+        c = await createE2eCluster({ prefix: `us${portals.slice(0, 2)}`, agent: false });
+        pods = c.localPods;
+        const local = (p: { ip: string }) => ({ ip: p.ip, nodeName: c.nodeName });
+        const remote = { ip: c.remotePod.ip, nodeName: c.remotePod.nodeName };
+        const add = (
+          svc: Parameters<typeof e2eService>[0],
+          endpoints: { ip: string; nodeName: string }[] | null,
+        ) => {
+          c.apiserver.create("services", e2eService(svc));
+          if (endpoints) {
+            c.apiserver.create(
+              "endpointslices",
+              e2eEndpointSlice({ service: svc.name, ports: SLICE, endpoints }),
+            );
+          }
+        };
+        add({ name: "web", clusterIP: IP.web, ports: [HTTP, DNS], externalIPs: [IP.external] }, [
+          local(pods[0]),
+        ]);
+        add({
+          name: "np",
+          type: "NodePort",
+          clusterIP: IP.np,
+          ports: [{ ...HTTP, nodePort: NP.tcp }, { ...DNS, nodePort: NP.udp }],
+        }, [local(pods[1]), remote]);
+        const all = [local(pods[0]), local(pods[1]), local(pods[2]), remote];
+        add({ name: "spread", clusterIP: IP.spread, ports: [HTTP, DNS] }, all);
+        add({ name: "sticky", clusterIP: IP.sticky, ports: [HTTP], sessionAffinityTimeoutSeconds: 600 }, all);
+        add({
+          name: "empty",
+          type: "NodePort",
+          clusterIP: IP.empty,
+          ports: [{ ...HTTP, nodePort: NP.empty }, DNS],
+        }, null);
+        await startAndWait();
+      }, { timeout: 90_000 });
+
+      after(async () => {
+        await c?.teardown();
+      }, { timeout: 30_000 });
+
+      it("ClusterIP, TCP and UDP, from a pod, the client and the node: the endpoint sees the node", async () => {
+        for (const from of [pods[1].ns, c.client, c.node]) {
+          assert.deepEqual(await ask(from, IP.web, 80, { count: 2 }), [
+            `pod1@${A.podGateway}`,
+            `pod1@${A.podGateway}`,
+          ]);
+          assert.deepEqual(await ask(from, IP.web, 53, { proto: "udp" }), [`pod1@${A.podGateway}`]);
+        }
+      });
+
+      it("externalIP, TCP and UDP, from the client", async () => {
+        assert.deepEqual(await ask(c.client, IP.external, 80), [`pod1@${A.podGateway}`]);
+        assert.deepEqual(await ask(c.client, IP.external, 53, { proto: "udp" }), [`pod1@${A.podGateway}`]);
+      });
+
+      it("NodePort, TCP and UDP, from the client: round robin over a local and a remote endpoint", async () => {
+        const tcp = await ask(c.client, A.nodeIP, NP.tcp, { count: 4 });
+        assert.deepEqual(
+          new Set(tcp),
+          new Set([`pod2@${A.podGateway}`, `remote@${A.remotePodGateway}`]),
+          `${tcp}\nlisteners:\n${(await c.node.exec(["ss", "-ltn"])).stdout}\naddrs:\n${
+            (await c.node.exec(["ip", "-4", "-o", "addr"])).stdout
+          }`,
+        );
+        assert.equal(tcp[0] === tcp[1], false, `round robin alternates: ${tcp}`);
+        const udp = await ask(c.client, A.nodeIP, NP.udp, { proto: "udp", count: 2 });
+        for (const u of udp) assert.match(u, /^(pod2|remote)@/);
+      });
+
+      it("round robin: 8 connections hit each of 4 endpoints twice, in turn", async () => {
+        const got = (await ask(c.client, IP.spread, 80, { count: 8 })).map((s) => s.split("@")[0]);
+        assert.deepEqual(got.slice(4), got.slice(0, 4), `${got}`);
+        assert.deepEqual(new Set(got), new Set(["pod1", "pod2", "pod3", "remote"]));
+      });
+
+      it("session affinity ClientIP: one endpoint for every connection of a client", async () => {
+        const sticky = await ask(c.client, IP.sticky, 80, { count: 8 });
+        assert.equal(new Set(sticky).size, 1, `${sticky}`);
+      });
+
+      it("no endpoints: TCP closed at once (no REJECT); UDP dropped", async () => {
+        const t0 = Date.now();
+        assert.deepEqual(await c.request(c.client, { host: IP.empty, port: 80 }), [{
+          error: "closed without reply",
+        }]);
+        assert.deepEqual(await c.request(c.client, { host: A.nodeIP, port: NP.empty }), [{
+          error: "closed without reply",
+        }]);
+        assert.ok(Date.now() - t0 < 5000);
+        assert.deepEqual(
+          await c.request(c.client, { host: IP.empty, port: 53, proto: "udp", timeoutMs: 800 }),
+          ["timeout"],
+        );
+      });
+
+      it("an endpoint change: new connections go to the new set", async () => {
+        c.apiserver.update(
+          "endpointslices",
+          e2eEndpointSlice({
+            service: "web",
+            ports: SLICE,
+            endpoints: [{ ip: pods[2].ip, nodeName: c.nodeName }],
+          }),
+        );
+        await pollUntil(() => ask(c.client, IP.web, 80), (r) => r[0] === `pod3@${A.podGateway}`, {
+          timeoutMs: 10000,
+          what: "web to move to pod3",
+        });
+        assert.deepEqual(
+          await ask(c.client, IP.web, 80, { count: 3 }),
+          Array(3).fill(`pod3@${A.podGateway}`),
+        );
+      });
+
+      it("/proxyMode is userspace and the per-service-port metrics count", async () => {
+        const mode = await httpGetIn(c.node, `http://${A.metrics}/proxyMode`);
+        assert.equal(mode.body, "userspace");
+        const m = await httpGetIn(c.node, `http://${A.metrics}/metrics`);
+        assert.match(
+          m.body,
+          /edgeproxy_userspace_connections_total\{ip_family="IPv4",service_port="e2e\/sticky:http\/TCP"\} [1-9]/,
+        );
+        assert.match(
+          m.body,
+          /edgeproxy_userspace_no_endpoints_total\{ip_family="IPv4",service_port="e2e\/empty:http\/TCP"\} [1-9]/,
+        );
+      });
+
+      it("agent restart: the listeners come back and traffic flows", async () => {
+        await c.stopAgent();
+        await startAndWait();
+        assert.deepEqual(await ask(c.client, IP.web, 80), [`pod3@${A.podGateway}`]);
+        assert.deepEqual(await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length), 1);
+      });
+
+      it(
+        portals === "none" ? "wrote no netfilter rule" : "wrote the portal chains, no KUBE-SERVICES",
+        async () => {
+          const nat = await c.iptablesSave("nat");
+          assert.doesNotMatch(nat, /KUBE-SERVICES/, nat);
+          if (portals === "none") assert.doesNotMatch(nat, /KUBE-PORTALS|KUBE-NODEPORT/, nat);
+          else {
+            assert.match(nat, /-A PREROUTING .*-j KUBE-PORTALS-CONTAINER/, nat);
+            assert.match(
+              nat,
+              /-A KUBE-NODEPORT-CONTAINER .*--dport 30080 -j DNAT --to-destination 192\.168\.50\.2:\d+/,
+              nat,
+            );
+          }
+          assert.equal(c.agent?.exit(), null, `agent exited: ${c.agent?.tail()}`);
+        },
+      );
+    },
+  );
+}
