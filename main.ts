@@ -103,7 +103,7 @@ const command = defineCommand({
     name: "edgeproxy",
     // citty prints meta.version verbatim for a bare `--version`; make it the same line as ours.
     version: versionLine(),
-    description: "kube-proxy (iptables mode) for edge and bare-metal nodes",
+    description: "kube-proxy (iptables, nftables or userspace mode) for edge and bare-metal nodes",
   },
   args: cittyArgs(),
   run: ({ rawArgs }) => main(rawArgs),

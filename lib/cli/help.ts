@@ -40,9 +40,9 @@ export function renderHelp(): string {
   const descWidth = WIDTH - nameWidth - 3;
   const out: string[] = [
     versionLine(),
-    "kube-proxy (iptables mode) for edge and bare-metal nodes: keeps this node's iptables rules equal to",
-    `what kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION} would write, and keeps them in place while the apiserver is`,
-    `unreachable. Flags, configuration, health, metrics and logs follow kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}.`,
+    "kube-proxy for edge and bare-metal nodes (iptables, nftables or userspace mode): keeps this node's",
+    `rules equal to what kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION} would write, and keeps them in place while the`,
+    `apiserver is unreachable. Flags, configuration, health, metrics and logs follow kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}.`,
     "",
     "Usage:",
     "  edgeproxy [flags]",

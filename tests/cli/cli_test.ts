@@ -87,7 +87,10 @@ for (const v of VARIANTS) {
     it("--version prints the version line", async () => {
       const r = await run(v, ["--version"], dir);
       assert.equal(r.code, 0, r.stderr);
-      assert.equal(r.stdout, `edgeproxy ${pkg.version} (matches kube-proxy v1.34, iptables mode)\n`);
+      assert.equal(
+        r.stdout,
+        `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables and userspace modes)\n`,
+      );
       const raw = await run(v, ["-v=2", "--version=raw"], dir);
       assert.equal(raw.stdout, `${pkg.version}\n`);
     });
@@ -169,7 +172,7 @@ for (const v of VARIANTS) {
         const r = await run(v, [`--proxy-mode=${mode}`], dir);
         assert.equal(r.code, 1);
         assert.deepEqual(errLines(r), [
-          `edgeproxy implements only --proxy-mode=iptables|nftables (got "${mode}")`,
+          `edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "${mode}")`,
         ]);
       }
     });

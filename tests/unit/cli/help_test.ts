@@ -52,7 +52,10 @@ describe("--help", () => {
 describe("version", () => {
   it("comes from package.json", () => {
     assert.equal(VERSION, pkg.version);
-    assert.equal(versionLine(), `edgeproxy ${pkg.version} (matches kube-proxy v1.34, iptables mode)`);
+    assert.equal(
+      versionLine(),
+      `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables and userspace modes)`,
+    );
   });
   it("--version and --help name the upstream kube-proxy release whose behaviour is matched", () => {
     assert.equal(UPSTREAM_KUBE_PROXY_VERSION, "v1.34");

@@ -243,7 +243,7 @@ describe("--config precedence", () => {
   it("--proxy-mode=ipvs is refused even next to --config", async () => {
     assert.equal(
       (await rejection(["--config=/c.yaml", "--proxy-mode=ipvs"], io)).message,
-      'edgeproxy implements only --proxy-mode=iptables|nftables (got "ipvs")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs")',
     );
   });
   it("--write-config-to with --config writes the file's configuration", async () => {
