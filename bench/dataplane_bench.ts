@@ -143,6 +143,15 @@ async function withReady(
         note: "",
       };
       const set = (f: Partial<RunFigures>) => Object.assign(figures, f);
+      // Errors (klog E lines) and every "sync … took" line, for the note of a failed start.
+      const notable: string[] = [];
+      agent.child.stderr?.on("data", (b: Buffer) => {
+        for (const l of b.toString().split("\n")) {
+          if ((/^E\d{4}/.test(l) || / sync of IPv\d rules took/.test(l)) && notable.length < 40) {
+            notable.push(l.slice(0, 300));
+          }
+        }
+      });
       // Topology, while the agent lists and programs.
       await enableForwarding(ns);
       const cli = await scope.create("cli");
@@ -180,7 +189,7 @@ async function withReady(
       }
       const first = agent.syncs[0];
       if (first === undefined) {
-        set({ note: `no sync within ${o.startTimeoutMs} ms: ${agent.stderrTail.slice(-4).join(" | ")}` });
+        set({ note: `no IPv4 sync logged within ${o.startTimeoutMs} ms: ${notable.join(" | ")}` });
         await inner(null);
         return figures;
       }
