@@ -16,7 +16,6 @@ import { nftablesHost } from "../../lib/proxy/nftables/host.ts";
 import { createNftRunner } from "../../lib/proxy/nftables/runner.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
-import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
 import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
 import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
 import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
