@@ -29,7 +29,7 @@ import {
   flowServiceKey,
   type FlowTable,
 } from "../../../../support/flows/index.ts";
-import type { ServicePortInfo } from "../../../../../lib/proxy/types.ts";
+import { flowServicePorts } from "../../../../support/flows/service_ports.ts";
 
 /** Syncs; the sync must apply, and (unless `warnings` is false) warn about nothing. */
 function syncOk(p: FakeProxier, warnings = true): void {
@@ -77,28 +77,8 @@ function proxierOptions(table: FlowTable): FakeProxierOptions {
 }
 
 /** The service ports of a table's Service (one per FlowServicePort). */
-function servicePorts(svc: FlowService): Array<[ServicePortInfo, number]> {
-  return svc.ports.map((port) => [
-    makeServicePort(svc.namespace, svc.name, {
-      port: port.name ?? "p80",
-      protocol: port.protocol ?? "TCP",
-      clusterIP: svc.clusterIP,
-      portNumber: port.port,
-      nodePort: port.nodePort ?? 0,
-      externalIPs: svc.externalIPs ?? [],
-      loadBalancerVIPs: svc.loadBalancerIPs ?? [],
-      loadBalancerSourceRanges: svc.loadBalancerSourceRanges ?? [],
-      stickyMaxAgeSeconds: svc.sessionAffinitySeconds ?? 0,
-      externalPolicyLocal: svc.externalTrafficPolicy === "Local",
-      internalPolicyLocal: svc.internalTrafficPolicy === "Local",
-      healthCheckNodePort: svc.healthCheckNodePort ?? 0,
-    }),
-    port.targetPort ?? port.port,
-  ]);
-}
-
 function setEndpoints(p: FakeProxier, svc: FlowService, eps: readonly FlowEndpoint[]): void {
-  for (const [sp, targetPort] of servicePorts(svc)) {
+  for (const [sp, targetPort] of flowServicePorts(svc)) {
     p.setEndpoints(
       sp,
       eps.map((e) =>
@@ -120,7 +100,7 @@ function setEndpoints(p: FakeProxier, svc: FlowService, eps: readonly FlowEndpoi
 function loadTable(table: FlowTable): FakeProxier {
   const p = new FakeProxier(proxierOptions(table));
   for (const svc of table.services) {
-    for (const [sp] of servicePorts(svc)) p.setService(sp);
+    for (const [sp] of flowServicePorts(svc)) p.setService(sp);
     setEndpoints(p, svc, svc.endpoints);
   }
   syncOk(p, table.group !== S18);

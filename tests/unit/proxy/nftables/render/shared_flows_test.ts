@@ -7,12 +7,12 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { EndpointInfo, ServicePortInfo } from "../../../../../lib/proxy/types.ts";
+import type { EndpointInfo } from "../../../../../lib/proxy/types.ts";
 import { newNodePortAddresses } from "../../../../../lib/proxy/nodeport_addresses.ts";
 import type { NftRenderInput } from "../../../../../lib/proxy/nftables/render/render.ts";
 import { FakeNftProxier } from "../../../../support/nft_fixtures.ts";
 import { traceNftPacket } from "../../../../support/nft_tracer.ts";
-import { makeEndpoint, makeServicePort } from "../../../../support/tracer.ts";
+import { makeEndpoint } from "../../../../support/tracer.ts";
 import {
   CLUSTER_CIDR,
   type Flow,
@@ -26,6 +26,7 @@ import {
   NODE_IPV6,
   THIS_NODE,
 } from "../../../../support/flows/index.ts";
+import { flowServicePorts } from "../../../../support/flows/service_ports.ts";
 
 /** What the tracer reports, in the tables' terms: sorted endpoints or a verdict, and masquerading. */
 interface Observed {
@@ -107,26 +108,6 @@ function renderInput(table: FlowTable): NftRenderInput {
 }
 
 /** The service ports of a table's Service (one per FlowServicePort) with their target ports. */
-function servicePorts(svc: FlowService): Array<[ServicePortInfo, number]> {
-  return svc.ports.map((port) => [
-    makeServicePort(svc.namespace, svc.name, {
-      port: port.name ?? "p80",
-      protocol: port.protocol ?? "TCP",
-      clusterIP: svc.clusterIP,
-      portNumber: port.port,
-      nodePort: port.nodePort ?? 0,
-      externalIPs: svc.externalIPs ?? [],
-      loadBalancerVIPs: svc.loadBalancerIPs ?? [],
-      loadBalancerSourceRanges: svc.loadBalancerSourceRanges ?? [],
-      stickyMaxAgeSeconds: svc.sessionAffinitySeconds ?? 0,
-      externalPolicyLocal: svc.externalTrafficPolicy === "Local",
-      internalPolicyLocal: svc.internalTrafficPolicy === "Local",
-      healthCheckNodePort: svc.healthCheckNodePort ?? 0,
-    }),
-    port.targetPort ?? port.port,
-  ]);
-}
-
 function endpointInfos(eps: readonly FlowEndpoint[], targetPort: number): EndpointInfo[] {
   return eps.map((e) =>
     makeEndpoint(e.ip, targetPort, {
@@ -207,7 +188,7 @@ function runTable(table: FlowTable, partial: boolean): void {
   const count = partial;
   const p = new FakeNftProxier(renderInput(table), partial);
   for (const svc of table.services) {
-    for (const [sp, targetPort] of servicePorts(svc)) {
+    for (const [sp, targetPort] of flowServicePorts(svc)) {
       p.setService(sp);
       p.setEndpoints(sp, endpointInfos(svc.endpoints, targetPort));
     }
@@ -219,13 +200,15 @@ function runTable(table: FlowTable, partial: boolean): void {
     for (const key of step.deleteServices ?? []) {
       const svc = table.services.find((s) => flowServiceKey(s) === key);
       if (svc === undefined) throw new Error(`${table.name}: step ${step.name}: no Service ${key}`);
-      for (const [sp] of servicePorts(svc)) p.deleteService(sp);
+      for (const [sp] of flowServicePorts(svc)) p.deleteService(sp);
       live = live.filter((s) => s !== svc);
     }
     for (const [key, eps] of Object.entries(step.setEndpoints ?? {})) {
       const svc = table.services.find((s) => flowServiceKey(s) === key);
       if (svc === undefined) throw new Error(`${table.name}: step ${step.name}: no Service ${key}`);
-      for (const [sp, targetPort] of servicePorts(svc)) p.setEndpoints(sp, endpointInfos(eps, targetPort));
+      for (const [sp, targetPort] of flowServicePorts(svc)) {
+        p.setEndpoints(sp, endpointInfos(eps, targetPort));
+      }
     }
     p.ageStaleChains();
     p.sync();
