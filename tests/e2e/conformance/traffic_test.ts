@@ -163,6 +163,11 @@ for (const mode of MODES) {
         await agentFor(table.config ?? {});
         const r = await runE2eTable(table, hosts, barrier, mode.skipFlow, mode.semantics);
         for (const s of r.skipped) console.log(`  skipped: ${s}`);
+        if (r.failures.length > 0) {
+          // What an operator would look at: the agent's log and the node's ruleset at the time.
+          const rules = await c.node.exec(["nft", "list", "ruleset"]);
+          console.log(`agent log:\n${c.agent?.tail(40)}\nnft list ruleset:\n${rules.stdout}`);
+        }
         assert.deepEqual(r.failures, [], `${r.failures.length} of ${r.ran} flows failed`);
       });
     }
