@@ -26,6 +26,7 @@ import { ipsetInfo, ipsetName } from "./ipsets.ts";
 import { joinHostPort } from "../../net/go_net.ts";
 import { IPVS_JUMP_CHAINS } from "./chains.ts";
 import type { IpvsHost } from "./host.ts";
+import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
 
 /** Upstream's iptablesJumpChain as the iptables backend's jump rules (prepended, with their comment). */
 export const IPVS_JUMP_RULES: readonly JumpRule[] = Object.freeze(
@@ -84,6 +85,8 @@ export interface IpvsBackendOptions {
   readonly nodePortAddresses: NodePortAddresses;
   readonly primaryNodeIP: () => string | null;
   readonly preferSameTrafficDistribution: boolean;
+  /** kubeproxy_sync_proxy_rules_iptables_restore_failures_total counts failed payload restores (absent: not counted). */
+  readonly metrics?: Pick<KubeProxyMetrics, "iptablesRestoreFailuresTotal">;
   readonly log: { info(msg: string): void; warn(msg: string): void; debug(msg: string): void };
 }
 
@@ -136,7 +139,12 @@ export class IpvsBackend implements Provider {
     const ipsetText = planIpsetRestore(model.ipsets, currentSets, family);
     await host.ipsetRestore(ipsetText);
     if (!last) await ensureJumpRules(o.iptables, IPVS_JUMP_RULES);
-    await o.iptables.restore(model.iptables);
+    try {
+      await o.iptables.restore(model.iptables);
+    } catch (e) {
+      o.metrics?.iptablesRestoreFailuresTotal.inc({ ip_family: family }); // as upstream's IPVS proxier
+      throw e;
+    }
     const bound = new Set(last ? last.bindAddresses : await host.dummyAddresses(family));
     const want = new Set(model.bindAddresses);
     await host.changeDummyAddresses(model.bindAddresses.filter((a) => !bound.has(a)), []);

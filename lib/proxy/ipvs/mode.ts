@@ -2,7 +2,8 @@
  * The IPVS proxy mode as the composition root sees it (upstream NewDualStackProxier / NewProxier for
  * ipvs): the deprecation warning, the IPVS sysctls and timeouts, one {@link IpvsBackend} per family
  * (IPv6 when ip6tables works), and `--cleanup` of what the mode leaves: virtual servers, kube-ipvs0, the
- * chains and jump rules, the ipsets.
+ * chains and jump rules, the ipsets. With --dry-run the providers print what they would write
+ * (lib/proxy/ipvs/dry_run.ts) and nothing on the host is read but its addresses, or changed.
  */
 import type { IPFamily } from "../types.ts";
 import type { BackendContext, Provider, ProxyBackend } from "../provider.ts";
@@ -17,6 +18,8 @@ import { IPVS_JUMP_RULES, IpvsBackend } from "./backend.ts";
 import { createIpvsHost, type IpvsHost } from "./host.ts";
 import { DEFAULT_DUMMY_DEVICE, IPVS_CHAINS } from "./chains.ts";
 import { ourIpsetNames } from "./ipset_restore.ts";
+import { createDryRunIptablesRunner, createDryRunIpvsHost } from "./dry_run.ts";
+import { registerIpvsMetrics } from "./metrics.ts";
 
 /** Upstream's start-up warning: the mode is deprecated in favour of nftables. */
 export const IPVS_DEPRECATION_WARNING =
@@ -69,9 +72,12 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
   let ip6Runner: IptablesRunner | null = null;
   let prepared: Promise<void> | null = null;
   let host: IpvsHost | null = null;
+  const backends = new Map<IPFamily, IpvsBackend>();
+  let metricsRegistered = false;
   const prepare = (ctx: BackendContext): Promise<void> =>
     prepared ??= (async () => {
       ctx.log.warn(IPVS_DEPRECATION_WARNING);
+      if (ctx.dryRun) return; // no sysctl, no timeouts: the host stays as it is
       const sysctl = opts.sysctl ?? new ProcSysctl();
       const kernel = parseKernelVersion(await (opts.kernelRelease ?? osRelease)());
       for (const [name, value] of ipvsSysctls(ctx.config, kernel)) await ensureSysctl(sysctl, name, value);
@@ -92,8 +98,12 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
       syncPeriodMs: config.ipvs.syncPeriod,
     }),
 
-    async families({ dryRun }: BackendContext): Promise<IPFamily[]> {
-      if (dryRun) throw new Error("mode: --dry-run is not implemented for the ipvs proxy mode");
+    async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
+      // In dry-run, IPv6 when configured (as the iptables mode decides it), nothing probed.
+      if (dryRun) {
+        const v6 = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
+        return v6 ? ["IPv4", "IPv6"] : ["IPv4"];
+      }
       const { usableIp6tablesRunner } = await import("../iptables/host.ts");
       ip6Runner = await usableIp6tablesRunner();
       return ip6Runner ? ["IPv4", "IPv6"] : ["IPv4"];
@@ -102,11 +112,20 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
     async provider(family: IPFamily, ctx: BackendContext): Promise<Provider> {
       await prepare(ctx);
       const { config } = ctx;
-      const iptables = family === "IPv6" && ip6Runner ? ip6Runner : await createIptablesRunner({ family });
-      return new IpvsBackend({
+      let iptables: IptablesRunner;
+      let familyHost: IpvsHost;
+      if (ctx.dryRun) {
+        const { localAddresses } = await import("../node_addresses.ts");
+        iptables = createDryRunIptablesRunner(family, ctx.out);
+        familyHost = opts.host?.() ?? createDryRunIpvsHost(family, ctx.out, localAddresses);
+      } else {
+        iptables = family === "IPv6" && ip6Runner ? ip6Runner : await createIptablesRunner({ family });
+        familyHost = host!;
+      }
+      const backend = new IpvsBackend({
         family,
         nodeName: ctx.nodeName,
-        host: host!,
+        host: familyHost,
         iptables,
         scheduler: config.ipvs.scheduler,
         excludeCIDRs: excludeCIDRsOf(family, config.ipvs.excludeCIDRs),
@@ -115,8 +134,15 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
         nodePortAddresses: newNodePortAddresses(family, config.nodePortAddresses ?? []),
         primaryNodeIP: () => ctx.primaryNodeIP(family),
         preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
+        metrics: ctx.metrics,
         log: ctx.log,
       });
+      backends.set(family, backend);
+      if (!metricsRegistered && ctx.registry) {
+        metricsRegistered = true;
+        registerIpvsMetrics(ctx.registry, () => [...backends]);
+      }
+      return backend;
     },
 
     async cleanup(log): Promise<number> {
