@@ -8,16 +8,14 @@
 import type { IPFamily } from "../types.ts";
 import type { BackendContext, Provider, ProxyBackend } from "../provider.ts";
 import type { KubeProxyConfiguration } from "../../config/types.ts";
-import { createIptablesRunner, iptablesArgs, type IptablesRunner } from "../iptables/runner.ts";
-import { deleteJumpRule } from "../iptables/jump_rules.ts";
+import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { ensureSysctl, ProcSysctl, type Sysctl } from "../../host/sysctl.ts";
 import { parseCIDR } from "../../net/go_net.ts";
-import { IPVS_JUMP_RULES, IpvsBackend } from "./backend.ts";
-import { createIpvsHost, type IpvsHost } from "./host.ts";
-import { DEFAULT_DUMMY_DEVICE, IPVS_CHAINS } from "./chains.ts";
-import { ourIpsetNames } from "./ipset_restore.ts";
+import { IpvsBackend } from "./backend.ts";
+import { createIpvsHost, createIpvsLeftoverHost, type IpvsHost } from "./host.ts";
+import { cleanupIpvsLeftovers, type IpvsLeftoverHost } from "./leftovers.ts";
 import { createDryRunIptablesRunner, createDryRunIpvsHost } from "./dry_run.ts";
 import { registerIpvsMetrics } from "./metrics.ts";
 
@@ -60,6 +58,7 @@ export interface IpvsModeOptions {
   readonly host?: () => IpvsHost;
   readonly sysctl?: Sysctl;
   readonly kernelRelease?: () => Promise<string>;
+  readonly leftoverHost?: () => IpvsLeftoverHost;
 }
 
 async function osRelease(): Promise<string> {
@@ -146,70 +145,15 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
     },
 
     async cleanup(log): Promise<number> {
-      return await cleanupIpvs(log, opts.host ?? createIpvsHost);
+      return await cleanupIpvs(log, opts.leftoverHost);
     },
   };
 }
 
-/** Upstream cleanupLeftovers: flush IPVS, delete kube-ipvs0, remove chains and jump rules, destroy sets. */
+/** `--cleanup`: upstream's ipvs CleanupLeftovers (every virtual server, kube-ipvs0, the chains, the sets). */
 export async function cleanupIpvs(
   log: { info(msg: string): void; warn(msg: string): void },
-  makeHost: () => IpvsHost = createIpvsHost,
+  makeHost: () => IpvsLeftoverHost = createIpvsLeftoverHost,
 ): Promise<number> {
-  let code = 0;
-  const step = async (what: string, f: () => Promise<unknown>) => {
-    try {
-      await f();
-    } catch (e) {
-      log.warn(`ipvs cleanup: ${what}: ${(e as Error).message}`);
-      code = 1;
-    }
-  };
-  let host: IpvsHost | null = null;
-  await step("ipvsadm/ipset/ip", () => Promise.resolve(void (host = makeHost())));
-  const { runInProcessGroup } = await import("../../runtime/process_groups.ts");
-  const { resolveBinary } = await import("../iptables/runner.ts");
-  await step("flush IPVS", async () => {
-    const r = await runInProcessGroup([resolveBinary("ipvsadm"), "-C"], { timeoutMs: 60_000 });
-    if (r.code !== 0) throw new Error(r.stderr.trim() || r.exit);
-  });
-  await step(`delete ${DEFAULT_DUMMY_DEVICE}`, async () => {
-    const r = await runInProcessGroup([resolveBinary("ip"), "link", "del", DEFAULT_DUMMY_DEVICE], {
-      timeoutMs: 60_000,
-    });
-    if (r.code !== 0 && !/Cannot find device/.test(r.stderr)) throw new Error(r.stderr.trim() || r.exit);
-  });
-  for (const family of ["IPv4", "IPv6"] as const) {
-    let runner: IptablesRunner;
-    try {
-      runner = await createIptablesRunner({ family });
-    } catch {
-      continue;
-    }
-    for (const rule of IPVS_JUMP_RULES) {
-      await step(`jump ${rule.fromChain} -> ${rule.toChain}`, () => deleteJumpRule(runner, rule));
-    }
-    for (const op of ["-F", "-X"]) {
-      for (const c of IPVS_CHAINS) {
-        const r = await runner.exec(iptablesArgs(runner, op, c.table, c.chain));
-        if (r.code !== 0 && !/No chain|does not exist|No such file/.test(r.stderr)) {
-          log.warn(`ipvs cleanup: iptables ${op} ${c.table} ${c.chain}: ${r.stderr.trim()}`);
-          code = 1;
-        }
-      }
-    }
-  }
-  if (host) {
-    for (const family of ["IPv4", "IPv6"] as const) {
-      for (const name of ourIpsetNames(family)) {
-        const r = await runInProcessGroup([resolveBinary("ipset"), "destroy", name], { timeoutMs: 60_000 });
-        if (r.code !== 0 && !/does not exist/.test(r.stderr)) {
-          log.warn(`ipvs cleanup: ipset destroy ${name}: ${r.stderr.trim()}`);
-          code = 1;
-        }
-      }
-    }
-  }
-  log.info(`ipvs cleanup: done (exit ${code})`);
-  return code;
+  return await cleanupIpvsLeftovers(log, makeHost(), { all: true });
 }

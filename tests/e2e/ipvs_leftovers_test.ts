@@ -1,0 +1,142 @@
+/**
+ * Mode switching in the host kernel (no IPVS here, but ipsets, iptables and dummy interfaces are real), in
+ * a fresh network namespace: IPVS mode's state is laid down as its sync writes it (ipset restore, jump
+ * rules, the nat + filter payload, kube-ipvs0 with the service addresses), then an iptables-mode rule is
+ * added to the chain both modes share. Another mode's start (lib/proxy/ipvs/leftovers.ts, `all: false`)
+ * must remove IPVS mode's sets, rules, chains and kube-ipvs0 and keep the iptables-mode rule and jump; a
+ * second run finds nothing and says nothing; `--cleanup` (`all: true`) then removes the shared chains too.
+ * Skipped when not root or without ipset.
+ */
+import { after, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { accessSync, constants } from "node:fs";
+import { NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
+import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../support/tracer.ts";
+import { computeIpvsState } from "../../lib/proxy/ipvs/state.ts";
+import { planIpsetRestore } from "../../lib/proxy/ipvs/ipset_restore.ts";
+import { IPVS_JUMP_RULES } from "../../lib/proxy/ipvs/backend.ts";
+import { cleanupIpvsLeftovers } from "../../lib/proxy/ipvs/leftovers.ts";
+import { createIpvsLeftoverHost } from "../../lib/proxy/ipvs/host.ts";
+import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
+import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
+import { servicePortKey } from "../../lib/proxy/types.ts";
+
+function reason(): string {
+  try {
+    accessSync("/usr/sbin/ipset", constants.X_OK);
+  } catch {
+    return "/usr/sbin/ipset not found";
+  }
+  return netnsUnavailableReason();
+}
+const skip = reason();
+if (skip) console.log(`ipvs_leftovers_test: skipped: ${skip}`);
+const env = new NetnsScope("ipvslo");
+after(() => env.cleanup());
+
+function ipvsState() {
+  const svcs = [
+    makeServicePort("ns1", "web", { clusterIP: "172.30.0.41", nodePort: 3001 }),
+    makeServicePort("ns2", "lb", {
+      clusterIP: "172.30.0.42",
+      loadBalancerVIPs: ["1.2.3.4"],
+      loadBalancerSourceRanges: ["192.168.0.0/16"],
+      externalIPs: ["192.168.99.22"],
+    }),
+  ];
+  return computeIpvsState({
+    family: "IPv4",
+    services: svcs,
+    endpoints: new Map(svcs.map((s) => [servicePortKey(s.name), [makeEndpoint("10.180.0.1", 80)]])),
+    nodeName: TEST_NODE_NAME,
+    nodeLabels: {},
+    nodeIP: "192.168.0.2",
+    nodeAddresses: ["192.168.0.2"],
+    nodePortAddresses: newNodePortAddresses("IPv4", []),
+    scheduler: "rr",
+    masqueradeAll: false,
+    masqueradeBit: 14,
+    localDetector: newDetectLocalByCIDR("10.0.0.0/8"),
+    randomFully: true,
+  });
+}
+
+describe("IPVS mode leftovers in the host kernel", { skip: skip || false }, () => {
+  it("another mode's start removes IPVS mode's part only; again: nothing; --cleanup: the rest", async () => {
+    const ns = await env.create("sw");
+    const m = ipvsState();
+    await ns.execOk(["ipset", "-exist", "restore"], { input: planIpsetRestore(m.ipsets, new Map(), "IPv4") });
+    for (const rule of IPVS_JUMP_RULES) {
+      await ns.exec(["iptables", "-w", "-t", rule.table, "-N", rule.toChain]);
+      await ns.execOk([
+        "iptables",
+        "-w",
+        "-t",
+        rule.table,
+        "-I",
+        rule.fromChain,
+        "-m",
+        "comment",
+        "--comment",
+        rule.comment,
+        "-j",
+        rule.toChain,
+      ]);
+    }
+    await ns.execOk(["iptables-restore", "-w", "--noflush"], { input: m.iptables });
+    // A dummy device as IPVS mode makes it; kernels without the dummy module get a bridge of that name
+    // (the cleanup goes by name).
+    if ((await ns.exec(["ip", "link", "add", "kube-ipvs0", "type", "dummy"])).code !== 0) {
+      await ns.execOk(["ip", "link", "add", "kube-ipvs0", "type", "bridge"]);
+    }
+    const batch = m.bindAddresses.map((a) => `addr add ${a}/32 dev kube-ipvs0`).join("\n") + "\n";
+    await ns.execOk(["ip", "-batch", "-"], { input: batch });
+    // iptables mode's part in the shared KUBE-SERVICES.
+    await ns.execOk(["iptables", "-w", "-t", "nat", "-N", "KUBE-SVC-ABC"]);
+    await ns.execOk([
+      "iptables",
+      "-w",
+      "-t",
+      "nat",
+      "-A",
+      "KUBE-SERVICES",
+      "-d",
+      "172.30.0.41/32",
+      "-p",
+      "tcp",
+      "-j",
+      "KUBE-SVC-ABC",
+    ]);
+    const before = await ns.execOk(["iptables-save"]);
+    assert.match(before, /-A KUBE-IPVS-FILTER /);
+    assert.match(before, /--match-set KUBE-CLUSTER-IP dst,dst/);
+
+    const logs: string[] = [];
+    const log = { info: (s: string) => logs.push(s), warn: (s: string) => logs.push(`W ${s}`) };
+    const host = createIpvsLeftoverHost({ commandPrefix: ns.prefix });
+    assert.equal(await cleanupIpvsLeftovers(log, host, { all: false }), 0, logs.join("\n"));
+    assert.ok(!logs.some((l) => l.startsWith("W ")), logs.join("\n"));
+
+    const after1 = await ns.execOk(["iptables-save"]);
+    assert.doesNotMatch(after1, /--match-set/);
+    for (const c of ["KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER", "KUBE-NODE-PORT", "KUBE-LOAD-BALANCER"]) {
+      assert.doesNotMatch(after1, new RegExp(`^:${c} `, "m"), c);
+    }
+    assert.match(after1, /^-A KUBE-SERVICES -d 172\.30\.0\.41\/32 -p tcp -j KUBE-SVC-ABC$/m);
+    assert.match(
+      after1,
+      /^-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES$/m,
+    );
+    assert.doesNotMatch(await ns.execOk(["ipset", "save"]), /KUBE-/);
+    assert.notEqual((await ns.exec(["ip", "link", "show", "kube-ipvs0"])).code, 0);
+
+    logs.length = 0;
+    assert.equal(await cleanupIpvsLeftovers(log, host, { all: false }), 0);
+    assert.deepEqual(logs, []);
+
+    assert.equal(await cleanupIpvsLeftovers(log, host, { all: true }), 0, logs.join("\n"));
+    const after2 = await ns.execOk(["iptables-save", "-t", "nat"]);
+    assert.doesNotMatch(after2, /^:KUBE-SERVICES /m);
+    assert.doesNotMatch(after2, /-j KUBE-SERVICES/);
+  });
+});
