@@ -168,7 +168,12 @@ export async function cleanupIpvsLeftovers(
       }
     }
   }
-  for (const family of ["IPv4", "IPv6"] as const) {
+  const present = [...parseIpsetSave(ipsets).keys()].filter((n) => OUR_SETS.has(n));
+  // IPVS mode's rules match its sets, which exist from its first sync until its cleanup (a set in use
+  // cannot be destroyed): without them and kube-ipvs0 there is nothing to look for (no iptables-save,
+  // which is large on an iptables-mode node, at every start).
+  const iptablesToo = opts.all || dummy !== null || present.length > 0;
+  for (const family of iptablesToo ? ["IPv4", "IPv6"] as const : [] as const) {
     const runner = await step(`${family} iptables`, () => host.iptables(family));
     if (!runner) continue;
     if (opts.all) {
@@ -209,7 +214,6 @@ export async function cleanupIpvsLeftovers(
     await step(`deleting ${DEFAULT_DUMMY_DEVICE}`, () => host.deleteDummy());
     log.info(`ipvs leftovers: deleted ${DEFAULT_DUMMY_DEVICE}`);
   }
-  const present = [...parseIpsetSave(ipsets).keys()].filter((n) => OUR_SETS.has(n));
   for (const name of present) await step(`ipset destroy ${name}`, () => host.ipsetDestroy(name));
   if (present.length > 0) log.info(`ipvs leftovers: destroyed ${present.length} ipsets`);
   return code;

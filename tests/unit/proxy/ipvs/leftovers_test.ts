@@ -153,7 +153,10 @@ function fakeHost(present: boolean) {
     family: "IPv4",
     version: { parts: [1, 8, 9], text: "1.8.9", backend: "nf_tables" },
     features: { hasCheck: true, hasRandomFully: true, waitFlags: [], restoreWaitFlags: [] },
-    save: (table: string) => Promise.resolve(present ? (table === "nat" ? NAT : FILTER) : NAT_IPTABLES_ONLY),
+    save: (
+      table: string,
+    ) => (done.push(`save ${table}`),
+      Promise.resolve(present ? (table === "nat" ? NAT : FILTER) : NAT_IPTABLES_ONLY)),
     restore: (p: string) =>
       Promise.resolve(void done.push(`restore ${p.split("\n")[0]} ${p.split("\n").length}`)),
     exec: (args: string[]) => {
@@ -192,7 +195,9 @@ describe("IPVS mode leftovers: cleanup", () => {
     assert.equal(await cleanupIpvsLeftovers(log, host, { all: false }), 0);
     assert.deepEqual(done, [
       "ipvsadm -R -D -t 172.30.0.41:80; -D -t 192.168.0.2:30080; -D --sctp-service 192.168.0.2:30099",
+      "save nat",
       "restore *nat 12",
+      "save filter",
       "restore *filter 17",
       "ip link del kube-ipvs0",
       "ipset destroy KUBE-CLUSTER-IP",
@@ -214,11 +219,11 @@ describe("IPVS mode leftovers: cleanup", () => {
     assert.ok(done.includes("ip link del kube-ipvs0"));
   });
 
-  it("a host without IPVS mode's state is left alone, silently", async () => {
+  it("a host without IPVS mode's state (no kube-ipvs0, none of its sets) is left alone, silently", async () => {
     const { host, done } = fakeHost(false);
     const { log, lines } = logger();
     assert.equal(await cleanupIpvsLeftovers(log, host, { all: false }), 0);
-    assert.deepEqual(done, []);
+    assert.deepEqual(done, []); // not even an iptables-save
     assert.deepEqual(lines, []);
   });
 });
