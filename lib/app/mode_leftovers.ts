@@ -21,8 +21,8 @@ export type LeftoverCleanup = ((log: CleanupLog) => Promise<number>) | null;
  * - ipvs: only IPVS mode's own part (its virtual servers, kube-ipvs0, its sets, the rules matching them
  *   and the IPVS-only chains; lib/proxy/ipvs/leftovers.ts), never the chains it shares with iptables mode;
  * - iptables when ipvs starts: nothing before the first sync (upstream skips it too: both are
- *   "iptables-based"); the IPVS payload redeclares the shared chains, which cuts iptables mode's service
- *   chains off;
+ *   "iptables-based"); IPVS mode's first sync redeclares the shared chains, which cuts iptables mode's
+ *   service chains off, and then removes them (removeIptablesModeLeftovers, lib/proxy/ipvs/leftovers.ts);
  * - otherwise the other mode's `--cleanup`.
  */
 export function leftoverCleanup(starting: string, other: string): LeftoverCleanup {

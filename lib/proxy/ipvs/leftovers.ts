@@ -21,14 +21,26 @@ import { iptablesArgs } from "../iptables/runner.ts";
 import { deleteJumpRule } from "../iptables/jump_rules.ts";
 import { parseIptablesSave } from "../iptables/save_parse.ts";
 import { ruleTarget } from "../iptables/restore_content.ts";
-import { DEFAULT_DUMMY_DEVICE, IPVS_CHAINS, KUBE_IPVS_FILTER, KUBE_IPVS_OUT_FILTER } from "./chains.ts";
+import {
+  isServiceChainName,
+  KUBE_EXTERNAL_SERVICES,
+  KUBE_NODEPORTS,
+  KUBE_PROXY_CANARY,
+  KUBE_SERVICES,
+} from "../iptables/chain_names.ts";
+import {
+  DEFAULT_DUMMY_DEVICE,
+  IPVS_CHAINS,
+  IPVS_JUMP_RULES,
+  KUBE_IPVS_FILTER,
+  KUBE_IPVS_OUT_FILTER,
+} from "./chains.ts";
 import {
   KUBE_LOAD_BALANCER,
   KUBE_NODE_PORT,
   KUBE_SOURCE_RANGES_FIREWALL,
   type TableChain,
 } from "./chains.ts";
-import { IPVS_JUMP_RULES } from "./backend.ts";
 import { ourIpsetNames, parseIpsetSave } from "./ipset_restore.ts";
 import {
   ipsetName,
@@ -52,23 +64,25 @@ export const IPVS_ONLY_CHAINS: readonly TableChain[] = Object.freeze([
 const OUR_SETS: ReadonlySet<string> = new Set([...ourIpsetNames("IPv4"), ...ourIpsetNames("IPv6")]);
 
 /**
- * The iptables-restore payload that removes IPVS mode's own part of one table from its `iptables-save`
- * text: the rules (in any remaining chain) that match one of our sets or jump to an IPVS-only chain, then
- * the IPVS-only chains (flushed, then deleted). "" when the table holds none of it. Pure.
+ * The iptables-restore payload that removes one mode's own part of a table from its `iptables-save` text:
+ * the rules in the remaining chains that jump to an `owned` chain or match `ruleOwned`, then the owned
+ * chains (flushed, then deleted). "" when the table holds none of it. Pure.
  */
-export function planIpvsIptablesLeftovers(table: IptablesTable, saveText: string): string {
+function planOwnedRemoval(
+  table: IptablesTable,
+  saveText: string,
+  owned: (chain: string) => boolean,
+  ruleOwned: (words: readonly string[]) => boolean = () => false,
+): string {
   const saved = parseIptablesSave(saveText).get(table);
   if (!saved) return "";
-  const only = new Set(IPVS_ONLY_CHAINS.filter((c) => c.table === table).map((c) => c.chain));
-  const present = [...saved.chains.keys()].filter((c) => only.has(c));
+  const present = [...saved.chains.keys()].filter(owned);
   const deletes: string[] = [];
   for (const chain of saved.chains.values()) {
-    if (only.has(chain.name)) continue;
+    if (owned(chain.name)) continue;
     for (const rule of chain.rules) {
       const target = ruleTarget(rule);
-      const words = rule.split(" ");
-      const setAt = words.indexOf("--match-set");
-      if ((target !== null && only.has(target)) || (setAt >= 0 && OUR_SETS.has(words[setAt + 1]))) {
+      if ((target !== null && owned(target)) || ruleOwned(rule.split(" "))) {
         deletes.push("-D" + rule.slice(2));
       }
     }
@@ -77,6 +91,36 @@ export function planIpvsIptablesLeftovers(table: IptablesTable, saveText: string
   const out = [`*${table}`, ...deletes, ...present.map((c) => `:${c} - [0:0]`), "COMMIT"];
   if (present.length > 0) out.push(`*${table}`, ...present.map((c) => `-X ${c}`), "COMMIT");
   return out.join("\n") + "\n";
+}
+
+/**
+ * IPVS mode's own part of one table (see planOwnedRemoval): the IPVS-only chains, and the rules that jump
+ * to them or match one of our sets. Pure.
+ */
+export function planIpvsIptablesLeftovers(table: IptablesTable, saveText: string): string {
+  const only = new Set(IPVS_ONLY_CHAINS.filter((c) => c.table === table).map((c) => c.chain));
+  return planOwnedRemoval(table, saveText, (c) => only.has(c), (words) => {
+    const at = words.indexOf("--match-set");
+    return at >= 0 && OUR_SETS.has(words[at + 1]);
+  });
+}
+
+/** Chains only iptables mode creates, by table (its per-service chains are found by prefix in nat). */
+const IPTABLES_ONLY_CHAINS: Readonly<Record<IptablesTable, readonly string[]>> = {
+  nat: [KUBE_NODEPORTS, KUBE_PROXY_CANARY],
+  filter: [KUBE_SERVICES, KUBE_EXTERNAL_SERVICES, KUBE_NODEPORTS, KUBE_PROXY_CANARY],
+  mangle: [KUBE_PROXY_CANARY],
+};
+
+/**
+ * iptables mode's own part of one table, for IPVS mode's first sync on a node that ran iptables mode: its
+ * service chains (KUBE-SVC-*, KUBE-SEP-*, ...), KUBE-NODEPORTS, filter KUBE-SERVICES,
+ * KUBE-EXTERNAL-SERVICES, the canaries, and the jumps into them. The chains both modes share were just
+ * redeclared by IPVS mode's payload, so nothing of ours is touched. Pure.
+ */
+export function planIptablesModeLeftovers(table: IptablesTable, saveText: string): string {
+  const only = new Set(IPTABLES_ONLY_CHAINS[table]);
+  return planOwnedRemoval(table, saveText, (c) => only.has(c) || (table === "nat" && isServiceChainName(c)));
 }
 
 /** Node ports IPVS mode served, from `ipset save` (both families' sets). */
@@ -217,4 +261,24 @@ export async function cleanupIpvsLeftovers(
   for (const name of present) await step(`ipset destroy ${name}`, () => host.ipsetDestroy(name));
   if (present.length > 0) log.info(`ipvs leftovers: destroyed ${present.length} ipsets`);
   return code;
+}
+
+/**
+ * Removes iptables mode's own chains (planIptablesModeLeftovers) from nat, filter and mangle; called by
+ * IPVS mode's first sync, after its payload. Failures are logged, never thrown.
+ */
+export async function removeIptablesModeLeftovers(
+  runner: IptablesRunner,
+  log: { info(msg: string): void; warn(msg: string): void },
+): Promise<void> {
+  for (const table of ["nat", "filter", "mangle"] as const) {
+    try {
+      const payload = planIptablesModeLeftovers(table, await runner.save(table));
+      if (payload === "") continue;
+      await runner.restore(payload);
+      log.info(`removed iptables mode's ${runner.family} ${table} chains (switched to ipvs mode)`);
+    } catch (e) {
+      log.warn(`iptables mode leftovers (${runner.family} ${table}): ${(e as Error).message}`);
+    }
+  }
 }

@@ -9,9 +9,15 @@ import assert from "node:assert/strict";
 import {
   cleanupIpvsLeftovers,
   type IpvsLeftoverHost,
+  planIptablesModeLeftovers,
   planIpvsIptablesLeftovers,
   planIpvsVirtualServerLeftovers,
 } from "../../../../lib/proxy/ipvs/leftovers.ts";
+import { IpvsBackend } from "../../../../lib/proxy/ipvs/backend.ts";
+import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import { detectLocalByCIDR } from "../../../../lib/proxy/local_detect.ts";
 import { cleanupOtherModes, leftoverCleanup } from "../../../../lib/app/mode_leftovers.ts";
 import type { IptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
 
@@ -248,5 +254,116 @@ describe("mode switching", () => {
     ran.length = 0;
     await cleanupOtherModes("ipvs", log, fake);
     assert.deepEqual(ran, ["nftables", "userspace"]);
+  });
+});
+
+/** nat and filter of a node that ran iptables mode, after IPVS mode's first payload redeclared the shared chains. */
+const IPTABLES_MODE_NAT = `*nat
+:PREROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-SVC-ABC - [0:0]
+:KUBE-SEP-XYZ - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN
+-A KUBE-SVC-ABC -j KUBE-SEP-XYZ
+-A KUBE-SEP-XYZ -s 10.180.0.1/32 -j KUBE-MARK-MASQ
+COMMIT
+`;
+const IPTABLES_MODE_FILTER = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES
+-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+COMMIT
+`;
+
+describe("switching to IPVS mode", () => {
+  it("plans the removal of iptables mode's own chains and jumps, never the shared ones", () => {
+    assert.equal(
+      planIptablesModeLeftovers("nat", IPTABLES_MODE_NAT),
+      [
+        "*nat",
+        ":KUBE-NODEPORTS - [0:0]",
+        ":KUBE-SVC-ABC - [0:0]",
+        ":KUBE-SEP-XYZ - [0:0]",
+        "COMMIT",
+        "*nat",
+        "-X KUBE-NODEPORTS",
+        "-X KUBE-SVC-ABC",
+        "-X KUBE-SEP-XYZ",
+        "COMMIT",
+        "",
+      ].join("\n"),
+    );
+    const filter = planIptablesModeLeftovers("filter", IPTABLES_MODE_FILTER);
+    assert.match(filter, /^-D INPUT .*-j KUBE-EXTERNAL-SERVICES$/m);
+    assert.match(filter, /^-X KUBE-EXTERNAL-SERVICES$/m);
+    assert.doesNotMatch(filter, /KUBE-PROXY-FIREWALL/);
+    assert.equal(planIptablesModeLeftovers("nat", NAT.replace(/^.*KUBE-SVC-ABC.*\n/gm, "")), "");
+  });
+
+  it("IPVS mode's first sync removes them after its payload, once", async () => {
+    const calls: string[] = [];
+    const iptables = {
+      family: "IPv4",
+      features: { hasRandomFully: true, waitFlags: [] },
+      save: (
+        t: string,
+      ) => (calls.push(`save ${t}`),
+        Promise.resolve(t === "nat" ? IPTABLES_MODE_NAT : t === "filter" ? IPTABLES_MODE_FILTER : "")),
+      restore: (p: string) => Promise.resolve(void calls.push(`restore ${p.split("\n").length} lines`)),
+      exec: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
+    } as unknown as IptablesRunner;
+    const none = () => Promise.resolve("");
+    const ok = () => Promise.resolve();
+    const backend = new IpvsBackend({
+      family: "IPv4",
+      nodeName: "n1",
+      host: {
+        ipvsSave: none,
+        ipvsList: none,
+        ipvsRestore: ok,
+        ipvsSetTimeouts: ok,
+        ipsetSave: none,
+        ipsetRestore: ok,
+        ensureDummy: ok,
+        dummyAddresses: () => Promise.resolve([]),
+        changeDummyAddresses: ok,
+        nodeAddresses: () => Promise.resolve([]),
+      },
+      iptables,
+      scheduler: "",
+      excludeCIDRs: [],
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      primaryNodeIP: () => null,
+      preferSameTrafficDistribution: true,
+      log: { info: () => {}, warn: () => {}, debug: () => {} },
+    });
+    const state = {
+      family: "IPv4" as const,
+      services: new ServicePortMap(),
+      endpoints: new EndpointsMap(),
+      changedServices: new Set<string>(),
+      nodeLabels: {},
+      localDetection: detectLocalByCIDR("10.0.0.0/8"),
+    };
+    await backend.sync(state, { full: true });
+    assert.equal(calls[0].startsWith("restore "), true, "IPVS mode's payload first");
+    assert.deepEqual(calls.slice(1), [
+      "save nat",
+      "restore 11 lines",
+      "save filter",
+      "restore 8 lines",
+      "save mangle",
+    ]);
+    calls.length = 0;
+    await backend.sync(state, { full: true });
+    assert.equal(calls.filter((c) => c.startsWith("save")).length, 0);
   });
 });
