@@ -1,10 +1,14 @@
 /**
- * The backend-neutral packet-flow tables (tests/support/flows) run against IPVS mode: each table's cluster
- * goes through the pure IPVS model (lib/proxy/ipvs/state.ts, as the backend's sync computes it) and each
- * packet is followed by the IPVS tracer (tests/support/ipvs_tracer.ts) over the virtual servers, ipsets,
- * iptables payload and kube-ipvs0 addresses it produces. Steps (`then`) recompute the state. Flows whose
- * outcome legitimately differs in upstream's IPVS mode are skipped by IPVS_MODE_SKIPS, each with its
- * reason; a skipped flow is still traced and must give IPVS mode's own outcome. No expectation changes.
+ * The backend-neutral packet-flow tables (tests/support/flows) run against IPVS mode, two ways:
+ *  - the pure IPVS model (lib/proxy/ipvs/state.ts): each table's state is traced as computed;
+ *  - the IPVS provider (lib/proxy/ipvs/backend.ts) writing into a simulated kernel
+ *    (tests/support/ipvs_sim_kernel.ts): a full sync, then the `then` steps once as partial syncs (deltas
+ *    against the last state: graceful termination, deletions) and once as full syncs (deltas against what
+ *    the kernel reads back), and the packets traced through what the writers left.
+ * Each packet is followed by the IPVS tracer (tests/support/ipvs_tracer.ts) over the virtual servers,
+ * ipsets, iptables payload and kube-ipvs0 addresses. Flows whose outcome legitimately differs in upstream's
+ * IPVS mode are skipped by IPVS_MODE_SKIPS, each with its reason; a skipped flow is still traced and must
+ * give IPVS mode's own outcome. No expectation changes.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -13,7 +17,13 @@ import { servicePortKey } from "../../../../lib/proxy/types.ts";
 import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
 import { newDetectLocalByCIDR, newNoOpLocalDetector } from "../../../../lib/proxy/iptables/local_detector.ts";
 import { computeIpvsState } from "../../../../lib/proxy/ipvs/state.ts";
-import { kernelViewOf, traceIpvsPacket } from "../../../support/ipvs_tracer.ts";
+import { type IpvsKernelView, kernelViewOf, traceIpvsPacket } from "../../../support/ipvs_tracer.ts";
+import { SimulatedIpvsKernel } from "../../../support/ipvs_sim_kernel.ts";
+import { IpvsBackend } from "../../../../lib/proxy/ipvs/backend.ts";
+import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
+import { detectLocalByCIDR, NO_LOCAL_DETECTION } from "../../../../lib/proxy/local_detect.ts";
+import type { ProxyState } from "../../../../lib/proxy/provider.ts";
 import { makeEndpoint } from "../../../support/tracer.ts";
 import {
   CLUSTER_CIDR,
@@ -182,14 +192,8 @@ function endpointInfos(eps: readonly FlowEndpoint[], targetPort: number): Endpoi
   );
 }
 
-/** The model's state for the Services live in a table, with its settings (as lib/proxy/ipvs/mode.ts builds them). */
-function stateOf(
-  table: FlowTable,
-  live: readonly FlowService[],
-  endpointsOf: Map<string, readonly FlowEndpoint[]>,
-) {
-  const c = table.config ?? {};
-  const family = familyOf(table);
+/** The service ports and endpoints of the Services live in a table. */
+function clusterOf(live: readonly FlowService[], endpointsOf: Map<string, readonly FlowEndpoint[]>) {
   const services: ServicePortInfo[] = [];
   const endpoints = new Map<string, EndpointInfo[]>();
   for (const svc of live) {
@@ -201,6 +205,18 @@ function stateOf(
       );
     }
   }
+  return { services, endpoints };
+}
+
+/** The model's state for the Services live in a table, with its settings (as lib/proxy/ipvs/mode.ts builds them). */
+function stateOf(
+  table: FlowTable,
+  live: readonly FlowService[],
+  endpointsOf: Map<string, readonly FlowEndpoint[]>,
+) {
+  const c = table.config ?? {};
+  const family = familyOf(table);
+  const { services, endpoints } = clusterOf(live, endpointsOf);
   return computeIpvsState({
     family,
     services,
@@ -221,6 +237,52 @@ function stateOf(
   });
 }
 
+/** The IPVS provider of a table's settings over a simulated kernel. */
+function providerOf(table: FlowTable): { backend: IpvsBackend; kernel: SimulatedIpvsKernel } {
+  const c = table.config ?? {};
+  const family = familyOf(table);
+  const kernel = new SimulatedIpvsKernel(family, nodeAddressesOf(table));
+  const backend = new IpvsBackend({
+    family,
+    nodeName: THIS_NODE,
+    host: kernel.host(),
+    iptables: kernel.iptablesRunner(),
+    scheduler: "",
+    excludeCIDRs: [],
+    masqueradeAll: c.masqueradeAll ?? false,
+    masqueradeBit: 14,
+    nodePortAddresses: newNodePortAddresses(family, c.nodePortAddresses ?? []),
+    primaryNodeIP: () => (family === "IPv6" ? NODE_IPV6 : NODE_IP),
+    preferSameTrafficDistribution: true,
+    log: { info: () => {}, warn: () => {}, debug: () => {} },
+  });
+  return { backend, kernel };
+}
+
+/** The ProxyState the sync loop would hand the provider. */
+function proxyStateOf(
+  table: FlowTable,
+  live: readonly FlowService[],
+  endpointsOf: Map<string, readonly FlowEndpoint[]>,
+): ProxyState {
+  const family = familyOf(table);
+  const { services, endpoints } = clusterOf(live, endpointsOf);
+  const spm = new ServicePortMap();
+  const epm = new EndpointsMap();
+  for (const sp of services) spm.set(servicePortKey(sp.name), sp);
+  for (const [k, eps] of endpoints) if (eps.length > 0) epm.set(k, eps);
+  return {
+    family,
+    services: spm,
+    endpoints: epm,
+    changedServices: new Set(services.map((sp) => servicePortKey(sp.name))),
+    nodeLabels: {},
+    localDetection: table.config?.localDetector === "none"
+      ? NO_LOCAL_DETECTION
+      : detectLocalByCIDR(CLUSTER_CIDR[family]),
+  };
+}
+
 function expected(f: Flow): Observed {
   const e = f.expect;
   if ("dnat" in e) return { output: sortedEps(f), masq: e.source === "masqueraded" };
@@ -236,16 +298,16 @@ const skipsUsed = new Map<string, number>();
 function checkFlows(
   table: FlowTable,
   live: readonly FlowService[],
-  state: ReturnType<typeof stateOf>,
+  view: IpvsKernelView,
   flows: readonly Flow[],
+  count: boolean,
 ): string[] {
-  const view = kernelViewOf(state, familyOf(table));
   const failures: string[] = [];
   current = { live, table };
   for (const f of flows) {
     const skip = IPVS_MODE_SKIPS.find((s) => s.applies(table, f, live));
-    if (skip === undefined) counts.run++;
-    else {
+    if (count && skip === undefined) counts.run++;
+    else if (count && skip !== undefined) {
       counts.skipped++;
       skipsUsed.set(skip.reason, (skipsUsed.get(skip.reason) ?? 0) + 1);
     }
@@ -283,14 +345,11 @@ function checkFlows(
   return failures;
 }
 
-function runTable(table: FlowTable): void {
+/** The table's steps, each with the Services live and their endpoints after it. */
+function* steps(table: FlowTable) {
   let live = [...table.services];
   const eps = new Map(table.services.map((s) => [flowServiceKey(s), s.endpoints]));
-  assert.deepEqual(
-    checkFlows(table, live, stateOf(table, live, eps), table.flows),
-    [],
-    `${table.name}: first sync`,
-  );
+  yield { name: "first sync", live, eps, flows: table.flows };
   for (const step of table.then ?? []) {
     for (const key of step.deleteServices ?? []) {
       if (!live.some((s) => flowServiceKey(s) === key)) throw new Error(`${table.name}: no Service ${key}`);
@@ -301,12 +360,32 @@ function runTable(table: FlowTable): void {
       eps.set(key, list);
     }
     const liveNow = live.map((s) => ({ ...s, endpoints: eps.get(flowServiceKey(s))! }));
+    yield { name: `step ${step.name}`, live: liveNow, eps: new Map(eps), flows: step.flows };
+  }
+}
+
+/** The model's state of each step, traced. */
+function runTableOnModel(table: FlowTable): void {
+  for (const st of steps(table)) {
+    const view = kernelViewOf(stateOf(table, st.live, st.eps), familyOf(table));
+    assert.deepEqual(checkFlows(table, st.live, view, st.flows, true), [], `${table.name}: ${st.name}`);
+  }
+}
+
+/** The provider over a simulated kernel: a full sync, then each step as a partial or a full sync. */
+async function runTableOnProvider(table: FlowTable, partial: boolean): Promise<void> {
+  const { backend, kernel } = providerOf(table);
+  let first = true;
+  for (const st of steps(table)) {
+    await backend.sync(proxyStateOf(table, st.live, st.eps), { full: first || !partial });
+    first = false;
     assert.deepEqual(
-      checkFlows(table, liveNow, stateOf(table, liveNow, eps), step.flows),
+      checkFlows(table, st.live, kernel.view(), st.flows, false),
       [],
-      `${table.name}: step ${step.name}`,
+      `${table.name}: ${st.name} (provider, ${partial ? "partial" : "full"} syncs)`,
     );
   }
+  assert.equal(await backend.checkDrift(), null, `${table.name}: the kernel drifted from the last sync`);
 }
 
 const groups = new Map<string, FlowTable[]>();
@@ -314,7 +393,13 @@ for (const t of FLOW_TABLES) groups.set(t.group, [...(groups.get(t.group) ?? [])
 describe("shared packet-flow tables, IPVS mode", () => {
   for (const [group, tables] of groups) {
     describe(group, () => {
-      for (const t of tables) it(t.name, () => runTable(t));
+      for (const t of tables) {
+        it(t.name, async () => {
+          runTableOnModel(t);
+          await runTableOnProvider(t, true);
+          await runTableOnProvider(t, false);
+        });
+      }
     });
   }
 
