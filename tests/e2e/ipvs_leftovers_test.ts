@@ -5,6 +5,8 @@
  * added to the chain both modes share. Another mode's start (lib/proxy/ipvs/leftovers.ts, `all: false`)
  * must remove IPVS mode's sets, rules, chains and kube-ipvs0 and keep the iptables-mode rule and jump; a
  * second run finds nothing and says nothing; `--cleanup` (`all: true`) then removes the shared chains too.
+ * The other way round: on a namespace holding iptables mode's chains, IPVS mode's first sync (its ipsets and
+ * iptables for real, IPVS and kube-ipvs0 simulated) leaves only IPVS mode's chains.
  * Skipped when not root or without ipset.
  */
 import { after, describe, it } from "node:test";
@@ -20,6 +22,12 @@ import { createIpvsLeftoverHost } from "../../lib/proxy/ipvs/host.ts";
 import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
 import { newDetectLocalByCIDR } from "../../lib/proxy/iptables/local_detector.ts";
 import { servicePortKey } from "../../lib/proxy/types.ts";
+import { IpvsBackend } from "../../lib/proxy/ipvs/backend.ts";
+import { createIptablesRunner } from "../../lib/proxy/iptables/runner.ts";
+import { ServicePortMap } from "../../lib/proxy/service_change_tracker.ts";
+import { EndpointsMap } from "../../lib/proxy/endpoints_change_tracker.ts";
+import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
+import { SimulatedIpvsKernel } from "../support/ipvs_sim_kernel.ts";
 
 function reason(): string {
   try {
@@ -138,5 +146,94 @@ describe("IPVS mode leftovers in the host kernel", { skip: skip || false }, () =
     const after2 = await ns.execOk(["iptables-save", "-t", "nat"]);
     assert.doesNotMatch(after2, /^:KUBE-SERVICES /m);
     assert.doesNotMatch(after2, /-j KUBE-SERVICES/);
+  });
+
+  it("IPVS mode's first sync on a node that ran iptables mode removes iptables mode's own chains", async () => {
+    const ns = await env.create("toipvs");
+    // iptables mode's shape: shared chains, its own chains and the jumps into them.
+    await ns.execOk(["iptables-restore", "-w", "--noflush"], {
+      input: [
+        "*nat",
+        ":KUBE-SERVICES - [0:0]",
+        ":KUBE-NODEPORTS - [0:0]",
+        ":KUBE-POSTROUTING - [0:0]",
+        ":KUBE-MARK-MASQ - [0:0]",
+        ":KUBE-SVC-ABC - [0:0]",
+        ":KUBE-SEP-XYZ - [0:0]",
+        '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+        "-A KUBE-SERVICES -d 172.30.0.41/32 -p tcp --dport 80 -j KUBE-SVC-ABC",
+        "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS",
+        "-A KUBE-SVC-ABC -j KUBE-SEP-XYZ",
+        "-A KUBE-SEP-XYZ -s 10.180.0.1/32 -j KUBE-MARK-MASQ",
+        "-A KUBE-SEP-XYZ -p tcp -j DNAT --to-destination 10.180.0.1:80",
+        "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
+        "COMMIT",
+        "*filter",
+        ":KUBE-SERVICES - [0:0]",
+        ":KUBE-EXTERNAL-SERVICES - [0:0]",
+        ":KUBE-NODEPORTS - [0:0]",
+        ":KUBE-FORWARD - [0:0]",
+        ":KUBE-PROXY-FIREWALL - [0:0]",
+        '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes externally-visible service portals" -j KUBE-EXTERNAL-SERVICES',
+        '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS',
+        '-A FORWARD -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+        "COMMIT",
+        "",
+      ].join("\n"),
+    });
+    const kernel = new SimulatedIpvsKernel("IPv4", ["192.168.0.2"]);
+    const sim = kernel.host();
+    const host = {
+      ...sim,
+      ipsetSave: () => ns.execOk(["ipset", "save"]),
+      ipsetRestore: async (text: string) => {
+        if (text !== "") await ns.execOk(["ipset", "-exist", "restore"], { input: text });
+      },
+    };
+    const logs: string[] = [];
+    const backend = new IpvsBackend({
+      family: "IPv4",
+      nodeName: TEST_NODE_NAME,
+      host,
+      iptables: await createIptablesRunner({ family: "IPv4", commandPrefix: ns.prefix }),
+      scheduler: "",
+      excludeCIDRs: [],
+      masqueradeAll: false,
+      masqueradeBit: 14,
+      nodePortAddresses: newNodePortAddresses("IPv4", []),
+      primaryNodeIP: () => "192.168.0.2",
+      preferSameTrafficDistribution: true,
+      log: { info: (m) => logs.push(m), warn: (m) => logs.push(`W ${m}`), debug: () => {} },
+    });
+    const svc = makeServicePort("ns1", "web", { clusterIP: "172.30.0.41", nodePort: 3001 });
+    const services = new ServicePortMap();
+    const endpoints = new EndpointsMap();
+    services.set(servicePortKey(svc.name), svc);
+    endpoints.set(servicePortKey(svc.name), [makeEndpoint("10.180.0.1", 80)]);
+    await backend.sync({
+      family: "IPv4",
+      services,
+      endpoints,
+      changedServices: new Set(),
+      nodeLabels: {},
+      localDetection: detectLocalByCIDR("10.0.0.0/8"),
+    }, { full: true });
+    assert.ok(!logs.some((l) => l.startsWith("W ")), logs.join("\n"));
+    const saved = await ns.execOk(["iptables-save"]);
+    for (const gone of ["KUBE-SVC-ABC", "KUBE-SEP-XYZ", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES"]) {
+      assert.doesNotMatch(saved, new RegExp(`${gone}`), `${gone}:\n${saved}`);
+    }
+    const filter = saved.split("*filter")[1].split("COMMIT")[0];
+    assert.doesNotMatch(filter, /^:KUBE-SERVICES /m, `filter KUBE-SERVICES:\n${filter}`);
+    assert.match(saved, /^-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT$/m);
+    assert.match(saved, /^:KUBE-IPVS-FILTER /m);
+    assert.match(
+      saved,
+      /^-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES$/m,
+    );
+    assert.match(saved, /^-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD$/m);
   });
 });
