@@ -350,8 +350,7 @@ export function traceIpvsPacket(
     const out = filterVerdict("OUTPUT");
     if (out === "DROP" || out === "REJECT") return done(out);
     if (!t.isLocal(w.dst)) return done("");
-    const v = filterVerdict("INPUT");
-    return done(v === "DROP" || v === "REJECT" ? v : "");
+    return done(filterVerdict("INPUT") ?? "");
   }
   w.vaddr = { ip: vs.address, port: vs.port, proto: vs.protocol.toLowerCase() };
   w.matches.push(`ipvs: LOCAL_OUT ${virtualServerKey(vs)}`);
