@@ -174,7 +174,7 @@ export async function runAgent(
     apiStats,
     cacheState,
     syncPeriodMs,
-    config.mode === "nftables" ? "nftables" : "iptables",
+    config.mode === "nftables" || config.mode === "ipvs" ? config.mode : "iptables",
   );
   const { metrics, health, serviceHealth } = observability;
 

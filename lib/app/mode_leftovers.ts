@@ -1,23 +1,60 @@
 /**
  * Switching proxy modes (upstream platformCleanup in cmd/kube-proxy/app/server_linux.go): a mode starting
  * on a host removes what the other modes left there (iptables mode's KUBE-* chains and jump rules when
- * nftables starts, nftables' `kube-proxy` tables when iptables starts), so packets never pass both; and
- * `--cleanup` removes what every mode left. Each mode's own `cleanup` does the work.
+ * nftables starts, nftables' `kube-proxy` tables when iptables starts, IPVS mode's virtual servers,
+ * kube-ipvs0, ipsets and chains when iptables or nftables starts), so packets never pass both; and
+ * `--cleanup` removes what every mode left. Each mode's own `cleanup` does the work, except between the
+ * two modes whose iptables chains share names (iptables and ipvs): there only what the other mode alone
+ * owns may go, or a restart would tear down the starting mode's own rules.
  */
 import { PROXY_BACKENDS } from "./backends.ts";
+import { cleanupIpvsLeftovers } from "../proxy/ipvs/leftovers.ts";
+import { createIpvsLeftoverHost } from "../proxy/ipvs/host.ts";
 
 type CleanupLog = { info(msg: string): void; warn(msg: string): void };
 
+/** One mode's cleanup as another mode's start runs it; null: nothing to run. */
+export type LeftoverCleanup = ((log: CleanupLog) => Promise<number>) | null;
+
+/**
+ * What starting `starting` runs for `other`:
+ * - ipvs: only IPVS mode's own part (its virtual servers, kube-ipvs0, its sets, the rules matching them
+ *   and the IPVS-only chains; lib/proxy/ipvs/leftovers.ts), never the chains it shares with iptables mode;
+ * - iptables when ipvs starts: nothing before the first sync (upstream skips it too: both are
+ *   "iptables-based"); IPVS mode's first sync redeclares the shared chains, which cuts iptables mode's
+ *   service chains off, and then removes them (removeIptablesModeLeftovers, lib/proxy/ipvs/leftovers.ts);
+ * - otherwise the other mode's `--cleanup`.
+ */
+export function leftoverCleanup(starting: string, other: string): LeftoverCleanup {
+  if (other === "ipvs") return (log) => cleanupIpvsLeftovers(log, createIpvsLeftoverHost(), { all: false });
+  if (other === "iptables" && starting === "ipvs") return null;
+  return (log) => PROXY_BACKENDS[other]().cleanup(log);
+}
+
+/**
+ * The other modes in the order their leftovers go: IPVS mode first (its chains jump into the shared
+ * KUBE-MARK-MASQ and its rules hold its ipsets, so iptables mode's cleanup could not delete those before).
+ */
+function othersInOrder(own: string): string[] {
+  const names = Object.keys(PROXY_BACKENDS).filter((n) => n !== own);
+  return [...names.filter((n) => n === "ipvs"), ...names.filter((n) => n !== "ipvs")];
+}
+
 /**
  * Runs the cleanup of every mode except `mode` ("" is iptables). A failure is logged, never fatal: the
- * mode starting works regardless, and upstream only logs these too.
+ * mode starting works regardless, and upstream only logs these too. `cleanupFor` is for tests.
  */
-export async function cleanupOtherModes(mode: string, log: CleanupLog): Promise<void> {
+export async function cleanupOtherModes(
+  mode: string,
+  log: CleanupLog,
+  cleanupFor: (starting: string, other: string) => LeftoverCleanup = leftoverCleanup,
+): Promise<void> {
   const own = mode === "" ? "iptables" : mode;
-  for (const [name, create] of Object.entries(PROXY_BACKENDS)) {
-    if (name === own) continue;
+  for (const name of othersInOrder(own)) {
+    const cleanup = cleanupFor(own, name);
+    if (cleanup === null) continue;
     try {
-      const code = await create().cleanup(log);
+      const code = await cleanup(log);
       if (code !== 0) log.warn(`leftovers of ${name} mode: cleanup exited ${code}`);
     } catch (e) {
       log.warn(`leftovers of ${name} mode: ${(e as Error).message}`);
@@ -25,14 +62,17 @@ export async function cleanupOtherModes(mode: string, log: CleanupLog): Promise<
   }
 }
 
-/** `--cleanup`: the mode's own cleanup first, then every other mode's. Returns the worst exit code. */
+/**
+ * `--cleanup`: IPVS mode's first (see othersInOrder), then the mode's own, then every other mode's.
+ * Returns the worst exit code.
+ */
 export async function cleanupAllModes(mode: string, log: CleanupLog): Promise<number> {
   const own = mode === "" ? "iptables" : mode;
-  let code = await PROXY_BACKENDS[own]().cleanup(log);
-  for (const [name, create] of Object.entries(PROXY_BACKENDS)) {
-    if (name === own) continue;
+  const order = [...new Set([...othersInOrder("").filter((n) => n === "ipvs"), own, ...othersInOrder(own)])];
+  let code = 0;
+  for (const name of order) {
     try {
-      code = Math.max(code, await create().cleanup(log));
+      code = Math.max(code, await PROXY_BACKENDS[name]().cleanup(log));
     } catch (e) {
       log.warn(`cleanup of ${name} mode: ${(e as Error).message}`);
       code = 1;

@@ -22,7 +22,12 @@ import {
 import { defaultConfig, defaultOptions, PROXY_HEALTHZ_PORT, PROXY_STATUS_PORT } from "../config/defaults.ts";
 import { parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration, VModuleItem } from "../config/types.ts";
-import { portRangeProblem, SUPPORTED_PROXY_MODES, SUPPORTED_PROXY_MODES_TEXT } from "../config/validate.ts";
+import {
+  DRY_RUN_ONLY_PROXY_MODES,
+  portRangeProblem,
+  SUPPORTED_PROXY_MODES,
+  SUPPORTED_PROXY_MODES_TEXT,
+} from "../config/validate.ts";
 
 /** Settings that live only on the command line. */
 export interface CliSettings {
@@ -507,7 +512,8 @@ export const FLAGS: readonly FlagDef[] = [
     }),
     configPath: "mode",
     set: (s, raw) => {
-      if (!SUPPORTED_PROXY_MODES.includes(raw)) {
+      // A dry-run-only mode is refused later, by validation, unless --dry-run is given (in any order).
+      if (!SUPPORTED_PROXY_MODES.includes(raw) && !DRY_RUN_ONLY_PROXY_MODES.includes(raw)) {
         throw new FlagError(
           `edgeproxy implements only --proxy-mode=${SUPPORTED_PROXY_MODES_TEXT} (got ${JSON.stringify(raw)})`,
         );

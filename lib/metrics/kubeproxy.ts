@@ -6,6 +6,8 @@
  * nftables-only and IPVS-only metrics are not registered, as upstream does not register them in this mode.
  * In nftables mode (RegisterMetrics(ProxyModeNFTables)) the two nftables failure counters are registered
  * instead of the iptables-only families; the unregistered ones still exist, in a registry nobody serves.
+ * In IPVS mode (RegisterMetrics(ProxyModeIPVS)) only the families every mode shares are served, plus
+ * kubeproxy_sync_proxy_rules_iptables_restore_failures_total (the IPVS proxier's iptables payload).
  */
 import { type Counter, type Gauge, type Histogram, Registry } from "./registry.ts";
 
@@ -105,7 +107,7 @@ export interface KubeProxyMetrics {
 }
 
 /** Proxy modes whose metric sets differ (upstream RegisterMetrics(mode)). */
-export type MetricsProxyMode = "iptables" | "nftables";
+export type MetricsProxyMode = "iptables" | "nftables" | "ipvs";
 
 /** Options of {@link createKubeProxyMetrics}. */
 export interface KubeProxyMetricsOptions {
@@ -123,13 +125,17 @@ export function createKubeProxyMetrics(
   registry: Registry = new Registry(),
   opts: KubeProxyMetricsOptions = {},
 ): KubeProxyMetrics {
-  const nftablesMode = opts.mode === "nftables";
-  // Metrics of the other mode are created in a registry nobody serves, so backends can always write them.
+  const mode = opts.mode ?? "iptables";
+  // Metrics of the other modes are created in a registry nobody serves, so backends can always write them.
   const unserved = new Registry();
-  const iptablesOnly = nftablesMode ? unserved : registry;
-  const nftablesOnly = nftablesMode ? registry : unserved;
-  const syncHistogram = (name: string, help: string) =>
-    registry.histogram({
+  const iptablesOnly = mode === "iptables" ? registry : unserved;
+  const nftablesOnly = mode === "nftables" ? registry : unserved;
+  // Upstream's IPVS case registers the restore-failure counter and nothing else of its own.
+  const restoreFailures = mode === "nftables" ? unserved : registry;
+  // The full/partial histograms: not in upstream's IPVS case (its syncs are all full).
+  const fullPartial = mode === "ipvs" ? unserved : registry;
+  const syncHistogram = (name: string, help: string, into: Registry = registry) =>
+    into.histogram({
       name,
       help,
       labelNames: IP_FAMILY,
@@ -144,10 +150,12 @@ export function createKubeProxyMetrics(
     syncFullProxyRulesLatency: syncHistogram(
       "kubeproxy_sync_full_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds for full resyncs",
+      fullPartial,
     ),
     syncPartialProxyRulesLatency: syncHistogram(
       "kubeproxy_sync_partial_proxy_rules_duration_seconds",
       "SyncProxyRules latency in seconds for partial resyncs",
+      fullPartial,
     ),
     syncProxyRulesLastTimestamp: registry.gauge({
       name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
@@ -188,7 +196,7 @@ export function createKubeProxyMetrics(
       help: "Cumulative proxy rules Service changes",
       stabilityLevel: ALPHA,
     }),
-    iptablesRestoreFailuresTotal: iptablesOnly.counter({
+    iptablesRestoreFailuresTotal: restoreFailures.counter({
       name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
       help: "Cumulative proxy iptables restore failures",
       labelNames: IP_FAMILY,

@@ -6,6 +6,8 @@ import { IpvsBackend } from "../../lib/proxy/ipvs/backend.ts";
 import type { IpvsHost } from "../../lib/proxy/ipvs/host.ts";
 import type { IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
 import { newNodePortAddresses } from "../../lib/proxy/nodeport_addresses.ts";
+import { createKubeProxyMetrics, type KubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
+import { Registry } from "../../lib/metrics/registry.ts";
 
 /** The provider, the reads it made, the batches it wrote. */
 export interface FakeIpvs {
@@ -16,7 +18,10 @@ export interface FakeIpvs {
 }
 
 /** A fresh provider for IPv4 on node "n1" (node address 192.168.0.2). */
-export function fakeIpvsBackend(nodeName = "n1"): FakeIpvs {
+export function fakeIpvsBackend(
+  nodeName = "n1",
+  metrics: KubeProxyMetrics = createKubeProxyMetrics(new Registry(), { mode: "ipvs" }),
+): FakeIpvs {
   const calls: string[] = [];
   const ipvsLines: string[][] = [];
   let kernelIpvs = "";
@@ -51,6 +56,7 @@ export function fakeIpvsBackend(nodeName = "n1"): FakeIpvs {
     nodePortAddresses: newNodePortAddresses("IPv4", []),
     primaryNodeIP: () => "192.168.0.2",
     preferSameTrafficDistribution: true,
+    metrics,
     log: { info: () => {}, warn: () => {}, debug: () => {} },
   });
   return { backend, calls, ipvsLines, setKernel: (t: string) => void (kernelIpvs = t) };

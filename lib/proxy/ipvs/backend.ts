@@ -9,7 +9,6 @@ import type { IPFamily } from "../types.ts";
 import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
 import type { IptablesRunner } from "../iptables/runner.ts";
 import type { NodePortAddresses } from "../nodeport_addresses.ts";
-import type { JumpRule } from "../iptables/jump_rules_table.ts";
 import { ensureJumpRules } from "../iptables/jump_rules.ts";
 import { iptablesLocalDetector } from "../iptables/local_detector.ts";
 import { computeIpvsState, type IpvsState } from "./state.ts";
@@ -24,19 +23,13 @@ import {
 import { type KernelIPSet, parseIpsetSave, planIpsetRestore } from "./ipset_restore.ts";
 import { ipsetInfo, ipsetName } from "./ipsets.ts";
 import { joinHostPort } from "../../net/go_net.ts";
-import { IPVS_JUMP_CHAINS } from "./chains.ts";
+import { IPVS_JUMP_RULES } from "./chains.ts";
+import { removeIptablesModeLeftovers } from "./leftovers.ts";
 import type { IpvsHost } from "./host.ts";
+import type { KubeProxyMetrics } from "../../metrics/kubeproxy.ts";
 
-/** Upstream's iptablesJumpChain as the iptables backend's jump rules (prepended, with their comment). */
-export const IPVS_JUMP_RULES: readonly JumpRule[] = Object.freeze(
-  IPVS_JUMP_CHAINS.map((j) => ({
-    table: j.table,
-    fromChain: j.from,
-    toChain: j.to,
-    extraArgs: [],
-    comment: j.comment,
-  })),
-);
+/** Upstream's iptablesJumpChain as jump rules (defined in chains.ts; exported here too for callers). */
+export { IPVS_JUMP_RULES };
 
 /** Up to this many draining virtual servers are listed one by one (`ipvsadm -Ln -t …`), not all. */
 const DRAIN_LIST_ONE_BY_ONE = 16;
@@ -84,6 +77,8 @@ export interface IpvsBackendOptions {
   readonly nodePortAddresses: NodePortAddresses;
   readonly primaryNodeIP: () => string | null;
   readonly preferSameTrafficDistribution: boolean;
+  /** kubeproxy_sync_proxy_rules_iptables_restore_failures_total counts failed payload restores (absent: not counted). */
+  readonly metrics?: Pick<KubeProxyMetrics, "iptablesRestoreFailuresTotal">;
   readonly log: { info(msg: string): void; warn(msg: string): void; debug(msg: string): void };
 }
 
@@ -92,6 +87,7 @@ export class IpvsBackend implements Provider {
   readonly #o: IpvsBackendOptions;
   #last: IpvsState | null = null;
   #terminating: TerminatingRealServer[] = [];
+  #iptablesModeChecked = false;
 
   constructor(o: IpvsBackendOptions) {
     this.#o = o;
@@ -136,7 +132,18 @@ export class IpvsBackend implements Provider {
     const ipsetText = planIpsetRestore(model.ipsets, currentSets, family);
     await host.ipsetRestore(ipsetText);
     if (!last) await ensureJumpRules(o.iptables, IPVS_JUMP_RULES);
-    await o.iptables.restore(model.iptables);
+    try {
+      await o.iptables.restore(model.iptables);
+    } catch (e) {
+      o.metrics?.iptablesRestoreFailuresTotal.inc({ ip_family: family }); // as upstream's IPVS proxier
+      throw e;
+    }
+    if (!this.#iptablesModeChecked) {
+      // Switching from iptables mode: its service chains are cut off now that the shared chains hold
+      // IPVS mode's rules; remove them once (a failure is only logged, as upstream's cleanups).
+      this.#iptablesModeChecked = true;
+      await removeIptablesModeLeftovers(o.iptables, o.log);
+    }
     const bound = new Set(last ? last.bindAddresses : await host.dummyAddresses(family));
     const want = new Set(model.bindAddresses);
     await host.changeDummyAddresses(model.bindAddresses.filter((a) => !bound.has(a)), []);

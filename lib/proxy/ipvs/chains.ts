@@ -2,6 +2,7 @@
  * The iptables chains of upstream's IPVS proxier (pkg/proxy/ipvs/proxier.go): the chains it owns, the
  * jump rules from the built-in chains into them, and the ipset → chain rules (ipsetWithIptablesChain).
  */
+import type { JumpRule } from "../iptables/jump_rules_table.ts";
 import {
   KUBE_LOAD_BALANCER_FW_SET,
   KUBE_LOAD_BALANCER_LOCAL_SET,
@@ -75,6 +76,17 @@ export const IPVS_JUMP_CHAINS: readonly IpvsJumpChain[] = Object.freeze([
   { table: "filter", from: "INPUT", to: KUBE_IPVS_FILTER, comment: "kubernetes ipvs access filter" },
   { table: "filter", from: "OUTPUT", to: KUBE_IPVS_OUT_FILTER, comment: "kubernetes ipvs access filter" },
 ]);
+
+/** Upstream's iptablesJumpChain as the iptables backend's jump rules (prepended, with their comment). */
+export const IPVS_JUMP_RULES: readonly JumpRule[] = Object.freeze(
+  IPVS_JUMP_CHAINS.map((j) => ({
+    table: j.table,
+    fromChain: j.from,
+    toChain: j.to,
+    extraArgs: [],
+    comment: j.comment,
+  })),
+);
 
 /** One "-m set --match-set <set> <matchType> -j <to>" rule written when the set is not empty. */
 export interface IpsetChainRule {

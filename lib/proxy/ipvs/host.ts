@@ -5,7 +5,9 @@
 import type { IPFamily } from "../types.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { resolveBinary } from "../iptables/runner.ts";
+import { existsSync } from "node:fs";
 import { DEFAULT_DUMMY_DEVICE } from "./chains.ts";
+import type { IpvsLeftoverHost } from "./leftovers.ts";
 
 /** What the IPVS backend does to the host. */
 export interface IpvsHost {
@@ -93,6 +95,68 @@ export function createIpvsHost(): IpvsHost {
     async nodeAddresses(family) {
       const text = await run([ip, "-o", family === "IPv6" ? "-6" : "-4", "addr", "show"]);
       return parseIpAddrLines(text).filter(([d]) => d !== dev).map(([, a]) => a);
+    },
+  };
+}
+
+/**
+ * The real host for cleanupIpvsLeftovers (leftovers.ts): nothing is run that would load a kernel module (ipvsadm
+ * only when /proc/net/ip_vs exists, ipset only when the ip_set module is there), and a missing binary or
+ * kube-ipvs0 reads as "nothing there".
+ */
+export function createIpvsLeftoverHost(
+  opts: { readonly commandPrefix?: readonly string[] } = {},
+): IpvsLeftoverHost {
+  const prefix = opts.commandPrefix ?? [];
+  const binary = (name: string): string | null => {
+    try {
+      return resolveBinary(name);
+    } catch {
+      return null;
+    }
+  };
+  const ipvsadm = existsSync("/proc/net/ip_vs") ? binary("ipvsadm") : null;
+  const ipset = existsSync("/sys/module/ip_set") ? binary("ipset") : null;
+  const ip = binary("ip");
+  const dev = DEFAULT_DUMMY_DEVICE;
+  const need = (path: string | null, what: string): string => {
+    if (path === null) throw new Error(`${what} is not available`);
+    return path;
+  };
+  return {
+    ipvsSave: async () => (ipvsadm === null ? null : await run([...prefix, ipvsadm, "-Sn"])),
+    async ipvsRestore(lines) {
+      if (lines.length > 0) await run([...prefix, need(ipvsadm, "ipvsadm"), "-R"], lines.join("\n") + "\n");
+    },
+    async ipvsFlush() {
+      await run([...prefix, need(ipvsadm, "ipvsadm"), "-C"]);
+    },
+    ipsetSave: async () => (ipset === null ? null : await run([...prefix, ipset, "save"])),
+    async ipsetDestroy(name) {
+      await run([...prefix, need(ipset, "ipset"), "destroy", name]);
+    },
+    async dummyAddresses() {
+      if (ip === null) return null;
+      const r = await runInProcessGroup([...prefix, ip, "-o", "addr", "show", "dev", dev], {
+        timeoutMs: TIMEOUT_MS,
+        env: { ...process.env, LC_ALL: "C" },
+      });
+      if (r.code !== 0) return null; // no such device
+      return parseIpAddrLines(r.stdout.toString("utf8")).map(([, a]) => a);
+    },
+    async deleteDummy() {
+      await run([...prefix, need(ip, "ip"), "link", "del", dev]);
+    },
+    async iptables(family) {
+      const { createIptablesRunner } = await import("../iptables/runner.ts");
+      const { iptablesPresent } = await import("../iptables/cleanup.ts");
+      let runner;
+      try {
+        runner = await createIptablesRunner({ family, commandPrefix: prefix });
+      } catch {
+        return null;
+      }
+      return (await iptablesPresent(runner)) ? runner : null;
     },
   };
 }

@@ -2,21 +2,22 @@
  * The IPVS proxy mode as the composition root sees it (upstream NewDualStackProxier / NewProxier for
  * ipvs): the deprecation warning, the IPVS sysctls and timeouts, one {@link IpvsBackend} per family
  * (IPv6 when ip6tables works), and `--cleanup` of what the mode leaves: virtual servers, kube-ipvs0, the
- * chains and jump rules, the ipsets.
+ * chains and jump rules, the ipsets. With --dry-run the providers print what they would write
+ * (lib/proxy/ipvs/dry_run.ts) and nothing on the host is read but its addresses, or changed.
  */
 import type { IPFamily } from "../types.ts";
 import type { BackendContext, Provider, ProxyBackend } from "../provider.ts";
 import type { KubeProxyConfiguration } from "../../config/types.ts";
-import { createIptablesRunner, iptablesArgs, type IptablesRunner } from "../iptables/runner.ts";
-import { deleteJumpRule } from "../iptables/jump_rules.ts";
+import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { ensureSysctl, ProcSysctl, type Sysctl } from "../../host/sysctl.ts";
 import { parseCIDR } from "../../net/go_net.ts";
-import { IPVS_JUMP_RULES, IpvsBackend } from "./backend.ts";
-import { createIpvsHost, type IpvsHost } from "./host.ts";
-import { DEFAULT_DUMMY_DEVICE, IPVS_CHAINS } from "./chains.ts";
-import { ourIpsetNames } from "./ipset_restore.ts";
+import { IpvsBackend } from "./backend.ts";
+import { createIpvsHost, createIpvsLeftoverHost, type IpvsHost } from "./host.ts";
+import { cleanupIpvsLeftovers, type IpvsLeftoverHost } from "./leftovers.ts";
+import { createDryRunIptablesRunner, createDryRunIpvsHost } from "./dry_run.ts";
+import { registerIpvsMetrics } from "./metrics.ts";
 
 /** Upstream's start-up warning: the mode is deprecated in favour of nftables. */
 export const IPVS_DEPRECATION_WARNING =
@@ -57,6 +58,7 @@ export interface IpvsModeOptions {
   readonly host?: () => IpvsHost;
   readonly sysctl?: Sysctl;
   readonly kernelRelease?: () => Promise<string>;
+  readonly leftoverHost?: () => IpvsLeftoverHost;
 }
 
 async function osRelease(): Promise<string> {
@@ -69,9 +71,12 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
   let ip6Runner: IptablesRunner | null = null;
   let prepared: Promise<void> | null = null;
   let host: IpvsHost | null = null;
+  const backends = new Map<IPFamily, IpvsBackend>();
+  let metricsRegistered = false;
   const prepare = (ctx: BackendContext): Promise<void> =>
     prepared ??= (async () => {
       ctx.log.warn(IPVS_DEPRECATION_WARNING);
+      if (ctx.dryRun) return; // no sysctl, no timeouts: the host stays as it is
       const sysctl = opts.sysctl ?? new ProcSysctl();
       const kernel = parseKernelVersion(await (opts.kernelRelease ?? osRelease)());
       for (const [name, value] of ipvsSysctls(ctx.config, kernel)) await ensureSysctl(sysctl, name, value);
@@ -92,8 +97,12 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
       syncPeriodMs: config.ipvs.syncPeriod,
     }),
 
-    async families({ dryRun }: BackendContext): Promise<IPFamily[]> {
-      if (dryRun) throw new Error("mode: --dry-run is not implemented for the ipvs proxy mode");
+    async families({ config, dryRun }: BackendContext): Promise<IPFamily[]> {
+      // In dry-run, IPv6 when configured (as the iptables mode decides it), nothing probed.
+      if (dryRun) {
+        const v6 = config.clusterCIDR.split(",").some((c) => parseCIDR(c.trim())?.family === 6);
+        return v6 ? ["IPv4", "IPv6"] : ["IPv4"];
+      }
       const { usableIp6tablesRunner } = await import("../iptables/host.ts");
       ip6Runner = await usableIp6tablesRunner();
       return ip6Runner ? ["IPv4", "IPv6"] : ["IPv4"];
@@ -102,11 +111,20 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
     async provider(family: IPFamily, ctx: BackendContext): Promise<Provider> {
       await prepare(ctx);
       const { config } = ctx;
-      const iptables = family === "IPv6" && ip6Runner ? ip6Runner : await createIptablesRunner({ family });
-      return new IpvsBackend({
+      let iptables: IptablesRunner;
+      let familyHost: IpvsHost;
+      if (ctx.dryRun) {
+        const { localAddresses } = await import("../node_addresses.ts");
+        iptables = createDryRunIptablesRunner(family, ctx.out);
+        familyHost = opts.host?.() ?? createDryRunIpvsHost(family, ctx.out, localAddresses);
+      } else {
+        iptables = family === "IPv6" && ip6Runner ? ip6Runner : await createIptablesRunner({ family });
+        familyHost = host!;
+      }
+      const backend = new IpvsBackend({
         family,
         nodeName: ctx.nodeName,
-        host: host!,
+        host: familyHost,
         iptables,
         scheduler: config.ipvs.scheduler,
         excludeCIDRs: excludeCIDRsOf(family, config.ipvs.excludeCIDRs),
@@ -115,75 +133,27 @@ export function createIpvsBackend(opts: IpvsModeOptions = {}): ProxyBackend {
         nodePortAddresses: newNodePortAddresses(family, config.nodePortAddresses ?? []),
         primaryNodeIP: () => ctx.primaryNodeIP(family),
         preferSameTrafficDistribution: featureEnabled(config.featureGates, "PreferSameTrafficDistribution"),
+        metrics: ctx.metrics,
         log: ctx.log,
       });
+      backends.set(family, backend);
+      if (!metricsRegistered && ctx.registry) {
+        metricsRegistered = true;
+        registerIpvsMetrics(ctx.registry, () => [...backends]);
+      }
+      return backend;
     },
 
     async cleanup(log): Promise<number> {
-      return await cleanupIpvs(log, opts.host ?? createIpvsHost);
+      return await cleanupIpvs(log, opts.leftoverHost);
     },
   };
 }
 
-/** Upstream cleanupLeftovers: flush IPVS, delete kube-ipvs0, remove chains and jump rules, destroy sets. */
+/** `--cleanup`: upstream's ipvs CleanupLeftovers (every virtual server, kube-ipvs0, the chains, the sets). */
 export async function cleanupIpvs(
   log: { info(msg: string): void; warn(msg: string): void },
-  makeHost: () => IpvsHost = createIpvsHost,
+  makeHost: () => IpvsLeftoverHost = createIpvsLeftoverHost,
 ): Promise<number> {
-  let code = 0;
-  const step = async (what: string, f: () => Promise<unknown>) => {
-    try {
-      await f();
-    } catch (e) {
-      log.warn(`ipvs cleanup: ${what}: ${(e as Error).message}`);
-      code = 1;
-    }
-  };
-  let host: IpvsHost | null = null;
-  await step("ipvsadm/ipset/ip", () => Promise.resolve(void (host = makeHost())));
-  const { runInProcessGroup } = await import("../../runtime/process_groups.ts");
-  const { resolveBinary } = await import("../iptables/runner.ts");
-  await step("flush IPVS", async () => {
-    const r = await runInProcessGroup([resolveBinary("ipvsadm"), "-C"], { timeoutMs: 60_000 });
-    if (r.code !== 0) throw new Error(r.stderr.trim() || r.exit);
-  });
-  await step(`delete ${DEFAULT_DUMMY_DEVICE}`, async () => {
-    const r = await runInProcessGroup([resolveBinary("ip"), "link", "del", DEFAULT_DUMMY_DEVICE], {
-      timeoutMs: 60_000,
-    });
-    if (r.code !== 0 && !/Cannot find device/.test(r.stderr)) throw new Error(r.stderr.trim() || r.exit);
-  });
-  for (const family of ["IPv4", "IPv6"] as const) {
-    let runner: IptablesRunner;
-    try {
-      runner = await createIptablesRunner({ family });
-    } catch {
-      continue;
-    }
-    for (const rule of IPVS_JUMP_RULES) {
-      await step(`jump ${rule.fromChain} -> ${rule.toChain}`, () => deleteJumpRule(runner, rule));
-    }
-    for (const op of ["-F", "-X"]) {
-      for (const c of IPVS_CHAINS) {
-        const r = await runner.exec(iptablesArgs(runner, op, c.table, c.chain));
-        if (r.code !== 0 && !/No chain|does not exist|No such file/.test(r.stderr)) {
-          log.warn(`ipvs cleanup: iptables ${op} ${c.table} ${c.chain}: ${r.stderr.trim()}`);
-          code = 1;
-        }
-      }
-    }
-  }
-  if (host) {
-    for (const family of ["IPv4", "IPv6"] as const) {
-      for (const name of ourIpsetNames(family)) {
-        const r = await runInProcessGroup([resolveBinary("ipset"), "destroy", name], { timeoutMs: 60_000 });
-        if (r.code !== 0 && !/does not exist/.test(r.stderr)) {
-          log.warn(`ipvs cleanup: ipset destroy ${name}: ${r.stderr.trim()}`);
-          code = 1;
-        }
-      }
-    }
-  }
-  log.info(`ipvs cleanup: done (exit ${code})`);
-  return code;
+  return await cleanupIpvsLeftovers(log, makeHost(), { all: true });
 }

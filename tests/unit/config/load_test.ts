@@ -145,7 +145,7 @@ const BAD: Array<[string, string, string]> = [
   [
     "non-iptables mode",
     HEAD + "mode: ipvs\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes (got "ipvs")',
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes (ipvs only with --dry-run) (got "ipvs")',
   ],
   [
     "unknown mode",
