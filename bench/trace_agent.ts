@@ -7,7 +7,7 @@
  *
  *   bun bench/trace_agent.ts [--services=1000] [--cache] [--change] [--binary=dist/edgeproxy]
  *                            [--timeout=<s, for all rules>] [--log=<file for the agent's full log>]
- *                            [--monitor] [--no-floor]
+ *                            [--monitor] [--no-floor] [--extra=<agent flag>]…
  *
  * It also prints the timeline of the first sync (IPv4): exec → each list received and stored (the agent's
  * own "list …" lines) → full sync started (its `iptables-save -t nat`) → model, render and split done (the
@@ -59,6 +59,7 @@ export interface TracedCommand {
  */
 export function parseStraceExecs(text: string, agentPid: number | null): TracedCommand[] {
   const open = new Map<number, { argv: string; start: number }>();
+  const pending = new Map<number, { path: string; args: string; ts: number }>();
   const out: TracedCommand[] = [];
   for (const line of text.split("\n")) {
     const m = /^(\d+)\s+(\d+\.\d+)\s+(.*)$/.exec(line);
@@ -66,11 +67,25 @@ export function parseStraceExecs(text: string, agentPid: number | null): TracedC
     const pid = Number(m[1]);
     const ts = Number(m[2]);
     const rest = m[3];
-    const ex = /^execve\("([^"]+)", \[(.*)\](?:, .*)? = 0$/.exec(rest);
-    if (ex) {
+    // With -f, a call another process interrupts is printed in two parts: "execve(…) <unfinished ...>",
+    // then "<... execve resumed>) = 0"; the command starts at the first part.
+    const unfinished = /^execve\("([^"]+)", \[(.*)\].* <unfinished \.\.\.>$/.exec(rest);
+    if (unfinished) {
+      pending.set(pid, { path: unfinished[1], args: unfinished[2], ts });
+      continue;
+    }
+    const resumed = /^<\.\.\. execve resumed>.* = (-?\d+)/.exec(rest);
+    const ex = resumed ? null : /^execve\("([^"]+)", \[(.*)\](?:, .*)? = 0$/.exec(rest);
+    const started = ex
+      ? { path: ex[1], args: ex[2], ts }
+      : resumed?.[1] === "0"
+      ? pending.get(pid)
+      : undefined;
+    if (resumed) pending.delete(pid);
+    if (started) {
       if (pid === agentPid) continue;
-      const args = [...ex[2].matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((a) => a[1]).slice(1, 8);
-      open.set(pid, { argv: [ex[1].split("/").pop(), ...args].join(" "), start: ts });
+      const args = [...started.args.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((a) => a[1]).slice(1, 8);
+      open.set(pid, { argv: [started.path.split("/").pop(), ...args].join(" "), start: started.ts });
       continue;
     }
     if (rest.startsWith("+++ exited") || rest.startsWith("+++ killed")) {
@@ -277,6 +292,7 @@ async function main(): Promise<void> {
       timeout: { type: "string", default: "300" },
       log: { type: "string" },
       monitor: { type: "boolean", default: false },
+      extra: { type: "string", multiple: true, default: [] },
       "no-floor": { type: "boolean", default: false },
     },
   });
@@ -289,7 +305,7 @@ async function main(): Promise<void> {
   try {
     setup = await startApi(cluster, dir);
     const ns = await scope.create("t");
-    const extra: string[] = [];
+    const extra: string[] = [...(values.extra as string[])];
     if (values.cache) {
       const stateDir = join(dir, "state");
       await writeStateCache(
