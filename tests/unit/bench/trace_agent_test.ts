@@ -99,5 +99,5 @@ test("firstSyncTimeline orders lists, the full sync's commands, commits and the 
     [8600, "iptables-restore exited (its last transaction committed)"],
     [9000, 'agent logs "full sync of IPv4 rules took 6000ms"'],
   ]);
-  assert.match(formatTimeline(rows), /\n +3500 +500  model \+ render \+ split done/);
+  assert.match(formatTimeline(rows), /\n +3500 +500 {2}model \+ render \+ split done/);
 });
