@@ -7,7 +7,7 @@
  *
  *   bun bench/trace_agent.ts [--services=1000] [--cache] [--change] [--binary=dist/edgeproxy]
  *                            [--timeout=<s, for all rules>] [--log=<file for the agent's full log>]
- *                            [--monitor] [--no-floor] [--extra=<agent flag>]…
+ *                            [--monitor] [--poll] [--no-floor] [--extra=<agent flag>]…
  *
  * It also prints the timeline of the first sync (IPv4): exec → each list received and stored (the agent's
  * own "list …" lines) → full sync started (its `iptables-save -t nat`) → model, render and split done (the
@@ -17,6 +17,8 @@
  * the ratio. With `--monitor`, `nft monitor` runs in the namespace and every transaction of the restore
  * gets a row; it prints every rule, so at thousands of Services it lags behind the kernel by seconds
  * and takes CPU from the agent: rows are arrival times, a diagnostic of the order, not of the time.
+ * With `--poll`, the harness polls the nat table as agent_bench.ts does (first rule, all rules); without
+ * it the run ends at the agent's "full sync of IPv4 rules took" line, and nothing else loads the machine.
  *
  * strace stops the agent only at execve/exit (seccomp-bpf), so the traced run is close to an untraced
  * one; it is a diagnostic, not a benchmark (no figures go to results.json).
@@ -35,10 +37,12 @@ import { buildClusterModel, oneEndpointChange, plainServiceIndex, renderInputFor
 import { kubeServicesRuleCount } from "./render_bench.ts";
 import {
   agentArgs,
+  type AgentProc,
   type ApiSetup,
   observeStart,
   startAgent,
   startApi,
+  type StartFigures,
   startNsBridge,
   stopAgent,
 } from "./agent_bench.ts";
@@ -262,6 +266,22 @@ async function floorRun(scope: NetnsScope, payload: string, timeoutMs: number): 
   return r.code === 0 ? round(performance.now() - t) : null;
 }
 
+/** Waits for the agent's first "full sync of IPv4 rules took" line (no polling of the kernel). */
+async function loggedFullSync(agent: AgentProc, timeoutMs: number): Promise<StartFigures> {
+  const t0 = performance.now();
+  while (!agent.syncs.some((x) => x.full) && performance.now() - t0 < timeoutMs) {
+    if (agent.exited !== null) throw new Error(`agent exited: ${agent.stderrTail.slice(-3).join(" | ")}`);
+    await sleep(50);
+  }
+  const first = agent.syncs.find((x) => x.full);
+  return {
+    firstRule: null,
+    allRules: null,
+    agentLoggedSyncAtMs: first ? round(first.at - agent.startedAt) : null,
+    agentReportedSyncMs: first?.ms ?? null,
+  };
+}
+
 /** Stops the traced agent (the first pid in the strace output): SIGTERM, SIGKILL after 5 s. */
 async function stopTraced(traceFile: string): Promise<void> {
   const first = /^(\d+)\s/m.exec(await readFile(traceFile, "utf8").catch(() => ""));
@@ -292,6 +312,7 @@ async function main(): Promise<void> {
       timeout: { type: "string", default: "300" },
       log: { type: "string" },
       monitor: { type: "boolean", default: false },
+      poll: { type: "boolean", default: false },
       extra: { type: "string", multiple: true, default: [] },
       "no-floor": { type: "boolean", default: false },
     },
@@ -336,7 +357,11 @@ async function main(): Promise<void> {
     ]);
     const log: Buffer[] = [];
     agent.child.stderr?.on("data", (b: Buffer) => log.push(b));
-    const start = await observeStart(agent, ns, expectedRules, Number(values.timeout) * 1000);
+    // Polling `iptables -S` dumps the whole nat table every few ms and takes CPU from the restore (the
+    // floor runs without it): by default wait for the agent's own "full sync … took" line instead.
+    const start = values.poll
+      ? await observeStart(agent, ns, expectedRules, Number(values.timeout) * 1000)
+      : await loggedFullSync(agent, Number(values.timeout) * 1000);
     const allRulesAt = start.allRules === null
       ? null
       : (performance.timeOrigin + agent.startedAt + start.allRules.ms) / 1000;
