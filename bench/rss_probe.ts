@@ -53,7 +53,9 @@ async function main(): Promise<void> {
       const t = () => Math.round(performance.now() - agent.startedAt);
       agent.child.stderr?.on("data", (b: Buffer) => {
         for (const l of b.toString().split("\n")) {
-          if (/released memory|sync of IPv\d rules took|"list \w+:/.test(l)) process.stdout.write(`  t=${t()} ${l}\n`);
+          if (/released memory|sync of IPv\d rules took|"list \w+:/.test(l)) {
+            process.stdout.write(`  t=${t()} ${l}\n`);
+          }
         }
       });
       const timer = setInterval(() => {
