@@ -4,7 +4,11 @@
  * model (change trackers, EndpointSliceCache, ServicePortMap, EndpointsMap), the full payload, its
  * make-before-break split, and the owned-rules index the drift check keeps.
  *
- *   bun bench/memory_breakdown.ts [--services=10000]
+ *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields]
+ *
+ * `--apiserver-fields`: objects as a real apiserver sends them (managedFields, last-applied annotation,
+ * owner references, targetRef; synthetic_cluster.ts withApiserverFields). Either way the objects go
+ * through reduceObject, as ResourceSink.check does, and the step shows what the store then holds.
  *
  * Run it under Bun (the agent's runtime); under Deno add --v8-flags=--expose-gc. A diagnostic for
  * README.md, not part of results.json.
@@ -13,7 +17,8 @@ import { parseArgs } from "node:util";
 import process from "node:process";
 import { renderIptablesRules } from "../lib/proxy/iptables/render/render.ts";
 import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables/owned_rules.ts";
-import { syntheticCluster } from "./synthetic_cluster.ts";
+import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
+import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
 import { loadSplitter } from "./render_bench.ts";
 import { round } from "./stats.ts";
@@ -34,7 +39,10 @@ function sample(): { heap: number; rss: number } {
 
 const { values } = parseArgs({
   args: process.argv.slice(2),
-  options: { services: { type: "string", default: "10000" } },
+  options: {
+    services: { type: "string", default: "10000" },
+    "apiserver-fields": { type: "boolean", default: false },
+  },
 });
 const n = Number(values.services);
 const rows: Array<[string, number, number]> = [];
@@ -47,9 +55,23 @@ const step = (name: string) => {
 step("baseline (modules loaded)");
 
 // The informers hold objects decoded from the apiserver's JSON, not the generator's shared literals.
-const generated = syntheticCluster({ services: n });
-const cluster = JSON.parse(JSON.stringify(generated)) as typeof generated;
-step(`API objects (${cluster.services.length} Services, ${cluster.endpointSlices.length} EndpointSlices)`);
+let received: SyntheticCluster | null = (() => {
+  const generated = syntheticCluster({ services: n });
+  const text = JSON.stringify(values["apiserver-fields"] ? withApiserverFields(generated) : generated);
+  return JSON.parse(text) as SyntheticCluster;
+})();
+step(
+  `API objects as received (${received.services.length} Services, ${received.endpointSlices.length} ` +
+    `EndpointSlices${values["apiserver-fields"] ? ", with apiserver fields" : ""})`,
+);
+// What the informer store holds: each object through the sink's reduction (reduce.ts).
+const cluster: SyntheticCluster = {
+  services: received.services.map(reduceObject),
+  endpointSlices: received.endpointSlices.map(reduceObject),
+  node: received.node,
+};
+received = null;
+step("API objects as the store holds them (reduce.ts; the received copies dropped)");
 const model = buildClusterModel(cluster);
 step("model (trackers, slice cache, ServicePortMap, EndpointsMap)");
 const full = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));

@@ -5,6 +5,7 @@
  * code and embedded bundle, anonymous memory, libraries).
  *
  *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
+ *                          [--every=<ms between samples, 2000>]
  *
  * Prints figures; nothing goes to results.json.
  */
@@ -41,6 +42,7 @@ async function main(): Promise<void> {
       binary: { type: "string", default: fileURLToPath(new URL("../dist/edgeproxy", import.meta.url)) },
       watch: { type: "string", default: "40" },
       extra: { type: "string", multiple: true, default: [] },
+      every: { type: "string", default: "2000" },
     },
   });
   const n = Number(values.services);
@@ -51,13 +53,15 @@ async function main(): Promise<void> {
       const t = () => Math.round(performance.now() - agent.startedAt);
       agent.child.stderr?.on("data", (b: Buffer) => {
         for (const l of b.toString().split("\n")) {
-          if (/released memory|sync of IPv\d rules took/.test(l)) process.stdout.write(`  t=${t()} ${l}\n`);
+          if (/released memory|sync of IPv\d rules took|"list \w+:/.test(l)) {
+            process.stdout.write(`  t=${t()} ${l}\n`);
+          }
         }
       });
       const timer = setInterval(() => {
         const r = readRss(agent.pid);
         if (r) process.stdout.write(`  t=${t()} VmRSS ${r.vmRssMiB} MiB, VmHWM ${r.vmHwmMiB} MiB\n`);
-      }, 2000);
+      }, Number(values.every));
       try {
         const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
         process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);

@@ -105,3 +105,106 @@ export function syntheticCluster(opts: SyntheticOptions): SyntheticCluster {
   };
   return { services, endpointSlices, node };
 }
+
+/**
+ * The cluster's objects as a real apiserver sends them for kubectl-applied Services and controller-made
+ * EndpointSlices: `metadata.managedFields` (server-side-apply history), kubectl's last-applied annotation
+ * on Services, the owner reference and each endpoint's `targetRef` on slices. Shapes and sizes follow
+ * what a v1.34 apiserver returns for such objects; the proxy reads none of it.
+ */
+export function withApiserverFields(c: SyntheticCluster): SyntheticCluster {
+  const time = "2026-11-01T00:00:00Z";
+  const services = c.services.map((s) => {
+    const { status: _st, ...manifest } = s;
+    const applied = JSON.stringify({
+      ...manifest,
+      metadata: { name: s.metadata?.name, namespace: s.metadata?.namespace },
+    });
+    return {
+      ...s,
+      metadata: {
+        ...s.metadata,
+        creationTimestamp: time,
+        annotations: { "kubectl.kubernetes.io/last-applied-configuration": `${applied}\n` },
+        managedFields: [{
+          manager: "kubectl-client-side-apply",
+          operation: "Update",
+          apiVersion: "v1",
+          time,
+          fieldsType: "FieldsV1",
+          fieldsV1: {
+            "f:metadata": {
+              "f:annotations": { ".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {} },
+            },
+            "f:spec": {
+              "f:internalTrafficPolicy": {},
+              "f:ports": Object.fromEntries(
+                (s.spec?.ports ?? []).map((p) => [
+                  `k:{"port":${p.port},"protocol":"${p.protocol}"}`,
+                  { ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {} },
+                ]),
+              ),
+              "f:sessionAffinity": {},
+              "f:type": {},
+            },
+          },
+        }],
+      },
+    } as Service;
+  });
+  const endpointSlices = c.endpointSlices.map((e) => {
+    const svc = e.metadata?.labels?.["kubernetes.io/service-name"] ?? "";
+    return {
+      ...e,
+      metadata: {
+        ...e.metadata,
+        generateName: `${svc}-`,
+        creationTimestamp: time,
+        generation: 1,
+        labels: {
+          ...e.metadata?.labels,
+          "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+        },
+        ownerReferences: [{
+          apiVersion: "v1",
+          kind: "Service",
+          name: svc,
+          uid: `uid-${svc}`,
+          controller: true,
+          blockOwnerDeletion: true,
+        }],
+        managedFields: [{
+          manager: "kube-controller-manager",
+          operation: "Update",
+          apiVersion: "discovery.k8s.io/v1",
+          time,
+          fieldsType: "FieldsV1",
+          fieldsV1: {
+            "f:addressType": {},
+            "f:endpoints": {},
+            "f:metadata": {
+              "f:generateName": {},
+              "f:labels": {
+                ".": {},
+                "f:endpointslice.kubernetes.io/managed-by": {},
+                "f:kubernetes.io/service-name": {},
+              },
+              "f:ownerReferences": { ".": {}, [`k:{"uid":"uid-${svc}"}`]: {} },
+            },
+            "f:ports": {},
+          },
+        }],
+      },
+      endpoints: (e.endpoints ?? []).map((ep, j) => ({
+        ...ep,
+        targetRef: {
+          kind: "Pod",
+          namespace: e.metadata?.namespace,
+          name: `${svc}-7d9f8c6b5-${j}x2kq`,
+          uid: `uid-pod-${svc}-${j}`,
+        },
+      })),
+    } as EndpointSlice;
+  });
+  return { ...c, services, endpointSlices };
+}

@@ -25,6 +25,7 @@ import { killProcessGroups } from "../runtime/process_groups.ts";
 import { backendFor } from "./backends.ts";
 import { cleanupAllModes, cleanupOtherModes } from "./mode_leftovers.ts";
 import { buildProxiers, NodeTracker } from "./proxiers.ts";
+import { FirstSyncs } from "./first_syncs.ts";
 import { startSources } from "./sources.ts";
 import { createObservability, startServers } from "./servers.ts";
 
@@ -33,6 +34,9 @@ import { createObservability, startServers } from "./servers.ts";
  * other family's sync and the state-cache write to be part of the same burst.
  */
 const MEMORY_RELEASE_DELAY_MS = 2_000;
+
+/** Longest the state-cache write and memory release wait for a family's first sync (first_syncs.ts). */
+const FIRST_SYNCS_MAX_HOLD_MS = 120_000;
 
 /**
  * Budgets of the shutdown steps (ms); their sum stays under SHUTDOWN_BACKSTOP_MS so the orderly path
@@ -202,6 +206,7 @@ export async function runAgent(
   });
 
   const printed = new Set<IPFamily>();
+  const firstSyncs = new FirstSyncs(families, FIRST_SYNCS_MAX_HOLD_MS);
   let cacheWriter: StateCacheWriter | null = null;
   const onSynced = (info: SyncInfo) => {
     if (dryRun) {
@@ -209,6 +214,8 @@ export async function runAgent(
       if (printed.size === families.length) resolveDone(0);
       return;
     }
+    // Not while another family's first sync is still running (first_syncs.ts).
+    if (!firstSyncs.synced(info.family, clock.now())) return;
     cacheWriter?.afterSync(); // writes only a live-confirmed state (see StateCacheWriter)
     if (info.full) memoryRelease.schedule();
   };

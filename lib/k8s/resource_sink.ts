@@ -7,6 +7,7 @@ import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
 import type { ApiStats } from "./stats.ts";
 import { errorChain, type Logger } from "./transport.ts";
 import { type KubeObject, objectKey, ObjectStore, type StoreChange } from "./store.ts";
+import { reduceObject } from "./reduce.ts";
 
 /** The store, the handler and the synced promise of one resource; see the module header. */
 export class ResourceSink<T extends KubeObject> {
@@ -41,8 +42,8 @@ export class ResourceSink<T extends KubeObject> {
   }
 
   /**
-   * Returns the object with apiVersion/kind filled in, or a reason why it must be skipped: not an object,
-   * wrong kind, missing metadata.name.
+   * Returns the object with apiVersion/kind filled in and without what the proxy never reads
+   * (reduce.ts), or a reason why it must be skipped: not an object, wrong kind, missing metadata.name.
    */
   check(obj: unknown): { ok: T } | { bad: string } {
     if (typeof obj !== "object" || obj === null || Array.isArray(obj)) {
@@ -61,10 +62,12 @@ export class ResourceSink<T extends KubeObject> {
       // apiserver encodes it) so both paths deliver byte-identical objects.
       const { kind: _k, apiVersion, ...rest } = o;
       return {
-        ok: { kind: this.spec.kind, apiVersion: apiVersion ?? this.spec.apiVersion, ...rest } as unknown as T,
+        ok: reduceObject(
+          { kind: this.spec.kind, apiVersion: apiVersion ?? this.spec.apiVersion, ...rest } as unknown as T,
+        ),
       };
     }
-    return { ok: o as T };
+    return { ok: reduceObject(o as T) };
   }
 
   /** Logs and counts one skipped line or object. */

@@ -953,34 +953,34 @@ class TestApiserverImpl implements TestApiserver {
         timeoutSeconds,
       });
     }
-    // LIST
+    // LIST: the stored objects themselves (not copies), only serialized below.
     let snapshotRv: number;
     let items: KubeObject[];
     let start = "";
     let pageLimit = limit > 0 ? limit : 0;
     if (cont !== "") {
       const c = decodeContinue(cont);
-      const snap = this.#store.listAt(kind, c.rv);
+      const snap = this.#store.listAt(kind, c.rv, false);
       if (!snap) throw new HttpError(410, CONTINUE_EXPIRED_MESSAGE);
       snapshotRv = c.rv;
       items = snap;
       start = c.start;
     } else if (rvParam === "" || rvParam === "0") {
       snapshotRv = this.#store.rv;
-      items = this.#store.list(kind);
+      items = this.#store.list(kind, false);
       // resourceVersion=0 is served from the watch cache, which ignores limit.
       if (rvParam === "0") pageLimit = 0;
     } else {
       const rv = parseRv(rvParam);
       if (rv > this.#store.rv) throw tooLarge(rv);
       if (rvMatch === "Exact") {
-        const snap = this.#store.listAt(kind, rv);
+        const snap = this.#store.listAt(kind, rv, false);
         if (!snap) throw new HttpError(410, tooOldMessage(rv, this.#store.compactedRv));
         snapshotRv = rv;
         items = snap;
       } else {
         snapshotRv = this.#store.rv;
-        items = this.#store.list(kind);
+        items = this.#store.list(kind, false);
       }
     }
     const keyOf = (o: KubeObject) => objectKey(kind, o.metadata?.namespace, o.metadata!.name!);

@@ -367,3 +367,17 @@ test("large LIST responses are gzip-compressed when accepted; protobuf-only Acce
     assert.equal(both.status, 200);
   });
 });
+
+test("the store hands LIST pages its own objects (no copy per page), other readers copies", async () => {
+  const { ObjectStore } = await import("../../support/apiserver_store.ts");
+  const st = new ObjectStore(100);
+  st.create("services", svc("a", "x"));
+  st.create("services", svc("a", "y"));
+  // A LIST page only serializes its items: copying every object for every page made paged lists
+  // quadratic (seconds at 10k objects).
+  assert.equal(st.list("services", false)[0], st.list("services", false)[0]);
+  assert.equal(st.listAt("services", st.rv, false)![1], st.list("services", false)[1]);
+  // Everyone else may mutate what they get.
+  assert.notEqual(st.list("services")[0], st.list("services")[0]);
+  assert.deepEqual(st.list("services"), st.list("services", false));
+});
