@@ -7,6 +7,9 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   createE2eCluster,
   E2E_ADDRS as A,
@@ -208,11 +211,92 @@ for (const portals of ["none", "iptables"] as const) {
         );
       });
 
+      it(
+        portals === "none"
+          ? "drift: a service address deleted from kube-userspace0 is back within 2 × syncPeriod"
+          : "drift: the portal jumps deleted from PREROUTING and OUTPUT are back within 2 × syncPeriod",
+        async () => {
+          assert.deepEqual(await ask(c.client, IP.web, 80), [`pod3@${A.podGateway}`]);
+          if (portals === "none") {
+            const r = await c.node.exec(["ip", "addr", "del", `${IP.web}/32`, "dev", "kube-userspace0"]);
+            assert.equal(r.code, 0, r.stderr);
+          } else {
+            for (const [chain, target] of [["PREROUTING", "CONTAINER"], ["OUTPUT", "HOST"]]) {
+              const comment = "handle ClusterIPs; NOTE: this must be before the NodePort rules";
+              const r = await c.node.exec([
+                "iptables",
+                "-t",
+                "nat",
+                "-D",
+                chain,
+                ...["-m", "comment", "--comment", comment, "-j", `KUBE-PORTALS-${target}`],
+              ]);
+              assert.equal(r.code, 0, r.stderr);
+            }
+          }
+          const gone = await ask(c.client, IP.web, 80);
+          assert.notDeepEqual(gone, [`pod3@${A.podGateway}`], "the operator's deletion must break traffic");
+          const back = await pollUntil(
+            () => ask(c.client, IP.web, 80),
+            (r) => r[0] === `pod3@${A.podGateway}`,
+            {
+              timeoutMs: 2 * 5000,
+              intervalMs: 200,
+              what: "traffic to come back after the drift (syncPeriod 5s)",
+            },
+          );
+          console.log(`userspace (${portals}) drift repaired after ${back.elapsedMs} ms`);
+        },
+      );
+
       it("agent restart: the listeners come back and traffic flows", async () => {
         await c.stopAgent();
         await startAndWait();
         assert.deepEqual(await ask(c.client, IP.web, 80), [`pod3@${A.podGateway}`]);
         assert.deepEqual(await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length), 1);
+      });
+
+      it("offline restart: killed, restarted with the apiserver unreachable, it serves from the state cache", async () => {
+        const stateDir = await mkdtemp(join(tmpdir(), "edgeproxy-us-state-"));
+        try {
+          await c.stopAgent();
+          await c.startAgent({ extraArgs: args, stateDir, waitReady: false });
+          const file = join(stateDir, "state.json");
+          await pollUntil(() => stat(file).then(() => true, () => false), (x) => x, {
+            timeoutMs: 15_000,
+            what: "state.json to be written",
+          });
+          await new Promise((r) => setTimeout(r, 500)); // the cache writer catches up with the last sync
+          await c.agent!.stop("SIGKILL");
+          await c.apiserverLink.cut();
+          try {
+            const dead = await ask(c.client, IP.web, 80);
+            assert.notDeepEqual(dead, [`pod3@${A.podGateway}`], "no listener while the agent is down");
+            await c.startAgent({
+              extraArgs: [...args, "--cache-start-deadline", "1s"],
+              stateDir,
+              waitReady: false,
+            });
+            const back = await pollUntil(
+              () => ask(c.client, IP.web, 80),
+              (r) => r[0] === `pod3@${A.podGateway}`,
+              {
+                timeoutMs: 15_000,
+                intervalMs: 100,
+                what: `traffic from the state cache\n${c.agent?.tail()}`,
+              },
+            );
+            console.log(`userspace (${portals}) served from the cache ${back.elapsedMs} ms after the start`);
+            assert.deepEqual(
+              await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length),
+              1,
+            );
+          } finally {
+            await c.apiserverLink.restore();
+          }
+        } finally {
+          await rm(stateDir, { recursive: true, force: true });
+        }
       });
 
       it(

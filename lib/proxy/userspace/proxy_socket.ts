@@ -44,7 +44,7 @@ export interface ProxySocket {
   readonly port: number;
   /** Open client connections or UDP sessions. */
   activeCount(): number;
-  /** Stops accepting; closes established connections after `graceMs` (0: at once). */
+  /** Stops accepting; closes established TCP connections after `graceMs` (0: at once), UDP sessions at once. */
   close(graceMs: number): Promise<void>;
 }
 
@@ -236,14 +236,13 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
   return {
     port: addr.port,
     activeCount: () => sessions.size,
-    async close(graceMs: number): Promise<void> {
+    // UDP sessions end with the listener, whatever the grace (upstream: closing the socket breaks them):
+    // their replies leave through the listener, so without it they could not reach the client anyway.
+    async close(_graceMs: number): Promise<void> {
       if (closed) return;
       closed = true;
-      await new Promise<void>((resolve) => listener.close(() => resolve()));
-      if (graceMs > 0 && sessions.size > 0) {
-        await new Promise((r) => setTimeout(r, Math.min(graceMs, idleMs)));
-      }
       for (const key of [...sessions.keys()]) endSession(key);
+      await new Promise<void>((resolve) => listener.close(() => resolve()));
     },
   };
 }
