@@ -20,6 +20,7 @@ import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { joinHostPort } from "../../net/go_net.ts";
 import { cidrContains, parseCIDR, parseIP } from "../../net/ip.ts";
 import type { LocalDetection } from "../local_detect.ts";
+import type { TcpTransport } from "../../runtime/tcp_transport.ts";
 
 /** Default time a closed service port's connections may finish. */
 export const DEFAULT_CLOSE_GRACE_MS = 10_000;
@@ -51,6 +52,8 @@ export interface UserspaceBackendOptions {
   readonly closeGraceMs?: number;
   readonly deadEndpointBackoffMs?: number;
   readonly dialTimeoutsMs?: readonly number[];
+  /** TCP sockets; default: the running runtime's (the bench compares them). */
+  readonly transport?: TcpTransport;
   readonly categorize?: CategorizeOptions;
   readonly now?: () => number;
 }
@@ -264,6 +267,7 @@ export class UserspaceBackend implements Provider {
             stats: this.#stats(p.serviceKey),
             udpIdleTimeoutMs: o.udpIdleTimeoutMs,
             dialTimeoutsMs: o.dialTimeoutsMs,
+            transport: o.transport,
             log: o.log,
           });
           this.#listeners.set(k, { portal: p, socket });
