@@ -20,6 +20,7 @@ import {
 import { e2eEndpointSlice, e2eService, type E2eServicePort } from "../support/e2e_objects.ts";
 import { httpGetIn } from "../support/e2e_http.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
+import { runAgentOnce } from "../support/e2e_agent.ts";
 import type { EchoResult } from "../support/echo_server.ts";
 import type { Netns } from "../support/netns.ts";
 
@@ -318,6 +319,37 @@ for (const portals of ["none", "iptables"] as const) {
             );
           }
           assert.equal(c.agent?.exit(), null, `agent exited: ${c.agent?.tail()}`);
+        },
+      );
+
+      it(
+        "service addresses on lo or kube-userspace0 are left by SIGTERM and removed by a switch to iptables mode and by --cleanup",
+        { skip: portals !== "none" || undefined },
+        async () => {
+          const serviceAddresses = async () => {
+            const out = (await c.node.exec(["ip", "-4", "-o", "addr", "show"])).stdout;
+            return out.split("\n").filter((l) => l.includes(` ${IP.web}/32 `) || l.includes(`${IP.np}/32`));
+          };
+          await c.stopAgent();
+          assert.equal(
+            (await serviceAddresses()).length,
+            2,
+            "SIGTERM keeps them (traffic survives a restart)",
+          );
+          await c.startAgent({ extraArgs: [] }); // iptables mode: removes the other modes' leftovers
+          assert.deepEqual(await serviceAddresses(), []);
+          await c.stopAgent();
+          await c.startAgent({ extraArgs: args, waitReady: false });
+          await pollUntil(serviceAddresses, (a) => a.length === 2, {
+            timeoutMs: 15_000,
+            what: "the addresses",
+          });
+          await c.stopAgent();
+          const r = await runAgentOnce(c.node, ["--cleanup"]);
+          assert.equal(r.code, 0, r.stderr);
+          assert.deepEqual(await serviceAddresses(), []);
+          const lo = (await c.node.exec(["ip", "-4", "-o", "addr", "show", "dev", "lo"])).stdout;
+          assert.match(lo, /inet 127\.0\.0\.1\/8/, "lo keeps its own addresses");
         },
       );
     },
