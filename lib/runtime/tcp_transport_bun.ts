@@ -5,7 +5,15 @@
  * shuts down only the peer's write half, after its queue is written (half-close); a connection whose
  * directions have both finished is ended, one that fails tears its peer down.
  */
+import { joinHostPort } from "../net/go_net.ts";
 import { type RelayConn, type RelayListener, stripMapped, type TcpTransport } from "./tcp_transport.ts";
+
+/** Bind errors in node:net's words. */
+const BIND_REASONS: Record<string, string> = {
+  EADDRINUSE: "address already in use",
+  EADDRNOTAVAIL: "address not available",
+  EACCES: "permission denied",
+};
 
 /** The part of Bun's TCP socket used here. */
 interface BunSocket {
@@ -189,9 +197,11 @@ export function bunTcpTransport(): TcpTransport | null {
           },
         });
       } catch (e) {
-        const code = (e as { code?: string }).code;
+        // The message node:net gives: "listen EADDRINUSE: address already in use 10.96.0.1:80".
+        const code = (e as { code?: string }).code ?? "";
+        const reason = BIND_REASONS[code] ?? (e as Error).message;
         return Promise.reject(
-          new Error(`listen ${code ?? "failed"}: ${(e as Error).message} ${host}:${port}`, { cause: e }),
+          new Error(`listen ${code || "failed"}: ${reason} ${joinHostPort(host, port)}`, { cause: e }),
         );
       }
       return Promise.resolve({

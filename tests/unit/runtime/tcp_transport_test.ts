@@ -113,7 +113,10 @@ describe("TcpTransport", () => {
     it(`${name}: a refused dial and a bind error are reported`, async () => {
       const l = await t.listen("127.0.0.1", 0, () => {}, () => {});
       cleanups.push(() => l.close());
-      await assert.rejects(t.listen("127.0.0.1", l.port, () => {}, () => {}), /EADDRINUSE|in use/i);
+      await assert.rejects(
+        t.listen("127.0.0.1", l.port, () => {}, () => {}),
+        { message: `listen EADDRINUSE: address already in use 127.0.0.1:${l.port}` },
+      );
       const free = await new Promise<number>((r) => {
         const s = net.createServer().listen(0, "127.0.0.1", () => {
           const p = (s.address() as net.AddressInfo).port;
