@@ -7,6 +7,9 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   createE2eCluster,
   E2E_ADDRS as A,
@@ -17,6 +20,7 @@ import {
 import { e2eEndpointSlice, e2eService, type E2eServicePort } from "../support/e2e_objects.ts";
 import { httpGetIn } from "../support/e2e_http.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
+import { runAgentOnce } from "../support/e2e_agent.ts";
 import type { EchoResult } from "../support/echo_server.ts";
 import type { Netns } from "../support/netns.ts";
 
@@ -208,11 +212,96 @@ for (const portals of ["none", "iptables"] as const) {
         );
       });
 
+      it(
+        portals === "none"
+          ? "drift: a service address deleted from its interface is back within 2 × syncPeriod"
+          : "drift: the portal jumps deleted from PREROUTING and OUTPUT are back within 2 × syncPeriod",
+        async () => {
+          assert.deepEqual(await ask(c.client, IP.web, 80), [`pod3@${A.podGateway}`]);
+          if (portals === "none") {
+            // kube-userspace0, or lo where the kernel has no dummy driver.
+            const show = await c.node.exec(["ip", "-4", "-o", "addr", "show", "to", `${IP.web}/32`]);
+            const dev = show.stdout.split(/\s+/)[1];
+            assert.ok(dev, `${IP.web} is on no interface: ${show.stdout}${show.stderr}`);
+            const r = await c.node.exec(["ip", "addr", "del", `${IP.web}/32`, "dev", dev]);
+            assert.equal(r.code, 0, r.stderr);
+          } else {
+            for (const [chain, target] of [["PREROUTING", "CONTAINER"], ["OUTPUT", "HOST"]]) {
+              const comment = "handle ClusterIPs; NOTE: this must be before the NodePort rules";
+              const r = await c.node.exec([
+                "iptables",
+                "-t",
+                "nat",
+                "-D",
+                chain,
+                ...["-m", "comment", "--comment", comment, "-j", `KUBE-PORTALS-${target}`],
+              ]);
+              assert.equal(r.code, 0, r.stderr);
+            }
+          }
+          const gone = await ask(c.client, IP.web, 80);
+          assert.notDeepEqual(gone, [`pod3@${A.podGateway}`], "the operator's deletion must break traffic");
+          const back = await pollUntil(
+            () => ask(c.client, IP.web, 80),
+            (r) => r[0] === `pod3@${A.podGateway}`,
+            {
+              timeoutMs: 2 * 5000,
+              intervalMs: 200,
+              what: "traffic to come back after the drift (syncPeriod 5s)",
+            },
+          );
+          console.log(`userspace (${portals}) drift repaired after ${back.elapsedMs} ms`);
+        },
+      );
+
       it("agent restart: the listeners come back and traffic flows", async () => {
         await c.stopAgent();
         await startAndWait();
         assert.deepEqual(await ask(c.client, IP.web, 80), [`pod3@${A.podGateway}`]);
         assert.deepEqual(await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length), 1);
+      });
+
+      it("offline restart: killed, restarted with the apiserver unreachable, it serves from the state cache", async () => {
+        const stateDir = await mkdtemp(join(tmpdir(), "edgeproxy-us-state-"));
+        try {
+          await c.stopAgent();
+          await c.startAgent({ extraArgs: args, stateDir, waitReady: false });
+          const file = join(stateDir, "state.json");
+          await pollUntil(() => stat(file).then(() => true, () => false), (x) => x, {
+            timeoutMs: 15_000,
+            what: "state.json to be written",
+          });
+          await new Promise((r) => setTimeout(r, 500)); // the cache writer catches up with the last sync
+          await c.agent!.stop("SIGKILL");
+          await c.apiserverLink.cut();
+          try {
+            const dead = await ask(c.client, IP.web, 80);
+            assert.notDeepEqual(dead, [`pod3@${A.podGateway}`], "no listener while the agent is down");
+            await c.startAgent({
+              extraArgs: [...args, "--cache-start-deadline", "1s"],
+              stateDir,
+              waitReady: false,
+            });
+            const back = await pollUntil(
+              () => ask(c.client, IP.web, 80),
+              (r) => r[0] === `pod3@${A.podGateway}`,
+              {
+                timeoutMs: 15_000,
+                intervalMs: 100,
+                what: `traffic from the state cache\n${c.agent?.tail()}`,
+              },
+            );
+            console.log(`userspace (${portals}) served from the cache ${back.elapsedMs} ms after the start`);
+            assert.deepEqual(
+              await ask(c.client, A.nodeIP, NP.udp, { proto: "udp" }).then((r) => r.length),
+              1,
+            );
+          } finally {
+            await c.apiserverLink.restore();
+          }
+        } finally {
+          await rm(stateDir, { recursive: true, force: true });
+        }
       });
 
       it(
@@ -230,6 +319,37 @@ for (const portals of ["none", "iptables"] as const) {
             );
           }
           assert.equal(c.agent?.exit(), null, `agent exited: ${c.agent?.tail()}`);
+        },
+      );
+
+      it(
+        "service addresses on lo or kube-userspace0 are left by SIGTERM and removed by a switch to iptables mode and by --cleanup",
+        { skip: portals !== "none" || undefined },
+        async () => {
+          const serviceAddresses = async () => {
+            const out = (await c.node.exec(["ip", "-4", "-o", "addr", "show"])).stdout;
+            return out.split("\n").filter((l) => l.includes(` ${IP.web}/32 `) || l.includes(`${IP.np}/32`));
+          };
+          await c.stopAgent();
+          assert.equal(
+            (await serviceAddresses()).length,
+            2,
+            "SIGTERM keeps them (traffic survives a restart)",
+          );
+          await c.startAgent({ extraArgs: [] }); // iptables mode: removes the other modes' leftovers
+          assert.deepEqual(await serviceAddresses(), []);
+          await c.stopAgent();
+          await c.startAgent({ extraArgs: args, waitReady: false });
+          await pollUntil(serviceAddresses, (a) => a.length === 2, {
+            timeoutMs: 15_000,
+            what: "the addresses",
+          });
+          await c.stopAgent();
+          const r = await runAgentOnce(c.node, ["--cleanup"]);
+          assert.equal(r.code, 0, r.stderr);
+          assert.deepEqual(await serviceAddresses(), []);
+          const lo = (await c.node.exec(["ip", "-4", "-o", "addr", "show", "dev", "lo"])).stdout;
+          assert.match(lo, /inet 127\.0\.0\.1\/8/, "lo keeps its own addresses");
         },
       );
     },

@@ -15,11 +15,12 @@ import { categorizeEndpoints, type CategorizeOptions } from "../topology.ts";
 import { LoadBalancerRR, type TrafficKind } from "./load_balancer.ts";
 import { openProxySocket, type ProxySocket, type ProxySocketStats } from "./proxy_socket.ts";
 import type { ServiceAddressHost } from "./interface_addresses.ts";
-import { type PortalRule, renderPortalRules } from "./portals.ts";
+import { portalDrift, type PortalRule, renderPortalRules } from "./portals.ts";
 import { newNodePortAddresses } from "../nodeport_addresses.ts";
 import { joinHostPort } from "../../net/go_net.ts";
 import { cidrContains, parseCIDR, parseIP } from "../../net/ip.ts";
 import type { LocalDetection } from "../local_detect.ts";
+import type { TcpTransport } from "../../runtime/tcp_transport.ts";
 
 /** Default time a closed service port's connections may finish. */
 export const DEFAULT_CLOSE_GRACE_MS = 10_000;
@@ -51,6 +52,8 @@ export interface UserspaceBackendOptions {
   readonly closeGraceMs?: number;
   readonly deadEndpointBackoffMs?: number;
   readonly dialTimeoutsMs?: readonly number[];
+  /** TCP sockets; default: the running runtime's (the bench compares them). */
+  readonly transport?: TcpTransport;
   readonly categorize?: CategorizeOptions;
   readonly now?: () => number;
 }
@@ -70,6 +73,8 @@ export type Steering =
     readonly restore: (payload: string) => Promise<void>;
     /** Ensures the jumps from PREROUTING and OUTPUT (full syncs). */
     readonly ensureJumps: () => Promise<void>;
+    /** The nat table as iptables-save prints it (drift check); absent: not checked. */
+    readonly save?: () => Promise<string>;
   };
 
 /** One listener the state asks for. */
@@ -102,6 +107,8 @@ export class UserspaceBackend implements Provider {
   readonly #closing = new Set<Promise<void>>();
   #warnedSCTP = new Set<string>();
   #jumpsEnsured = false;
+  /** The last portal payload written (iptables portals), what the drift check compares with. */
+  #lastPayload: string | null = null;
   #localSources: (ip: string) => boolean = () => false;
 
   constructor(o: UserspaceBackendOptions) {
@@ -260,6 +267,7 @@ export class UserspaceBackend implements Provider {
             stats: this.#stats(p.serviceKey),
             udpIdleTimeoutMs: o.udpIdleTimeoutMs,
             dialTimeoutsMs: o.dialTimeoutsMs,
+            transport: o.transport,
             log: o.log,
           });
           this.#listeners.set(k, { portal: p, socket });
@@ -286,6 +294,7 @@ export class UserspaceBackend implements Provider {
       }
       const payload = renderPortalRules(o.family, rules, { localhostNodePorts: o.localhostNodePorts });
       await st.restore(payload);
+      this.#lastPayload = payload;
       if (opts.full || !this.#jumpsEnsured) {
         await st.ensureJumps();
         this.#jumpsEnsured = true;
@@ -299,9 +308,21 @@ export class UserspaceBackend implements Provider {
     };
   }
 
-  /** @inheritdoc */
-  checkDrift(): Promise<string | null> {
-    return Promise.resolve(null);
+  /**
+   * Whether what the last sync set up is still there: with portals=none the service addresses on their
+   * interface (a missing one is added again by the next sync), with iptables portals the portal chains'
+   * rules and the jumps to them. The proxier forces a full sync when this returns a reason.
+   */
+  async checkDrift(): Promise<string | null> {
+    const st = this.#o.steering;
+    if (st.kind === "none") {
+      const gone = (await st.addresses.missing?.(this.#o.family)) ?? [];
+      return gone.length === 0
+        ? null
+        : `service addresses missing from ${st.addresses.device}: ${gone.join(", ")}`;
+    }
+    if (this.#lastPayload === null || st.save === undefined) return null;
+    return portalDrift(this.#lastPayload, await st.save());
   }
 
   /** Closes every listener and connection at once (shutdown, tests). */

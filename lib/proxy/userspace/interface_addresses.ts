@@ -9,6 +9,10 @@
  * address as ARP source) on each interface that has an IPv4 address of its own — the node's links to other
  * hosts. Not on `all`: routed pod networks keep the pods' gateway address on lo and answer ARP for it on
  * the address-less pod veths, which arp_ignore=1 would stop.
+ *
+ * On lo the mode's addresses carry a mark, so a later run, a mode switch and `--cleanup` find and remove
+ * them without touching lo's own: IPv4 ones the label {@link LO_ADDRESS_LABEL}, IPv6 ones (which have no
+ * labels) the flags `nodad noprefixroute` on a /128.
  */
 import { networkInterfaces } from "node:os";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
@@ -18,6 +22,9 @@ import type { IPFamily } from "../types.ts";
 /** The dummy interface the mode creates for service addresses. */
 export const USERSPACE_INTERFACE = "kube-userspace0";
 
+/** The label of the mode's IPv4 addresses on lo (at most 15 characters, starting with "lo:"). */
+export const LO_ADDRESS_LABEL = "lo:kubeus";
+
 /** Makes service addresses local. */
 export interface ServiceAddressHost {
   /** Interface the addresses live on. */
@@ -26,6 +33,11 @@ export interface ServiceAddressHost {
   sync(family: IPFamily, addresses: ReadonlySet<string>): Promise<void>;
   /** Removes what {@link sync} added (cleanup). */
   removeAll(family: IPFamily): Promise<void>;
+  /**
+   * The addresses {@link sync} made ours that are gone from the interface (deleted by an operator); they
+   * are forgotten, so the next sync adds them again. Empty when nothing is missing.
+   */
+  missing?(family: IPFamily): Promise<string[]>;
   /**
    * The node's own addresses of a family on every interface, whatever its link state, without the service
    * addresses this host added (node ports bind these).
@@ -106,6 +118,10 @@ export class IpServiceAddressHost implements ServiceAddressHost {
       const args = ["addr", "add", `${a}/${prefix}`, "dev", this.device];
       // IPv6: no duplicate address detection (the address is ours by definition) so it is usable at once.
       if (family === "IPv6") args.push("nodad");
+      // On lo: the mark that tells ours from lo's own (see the module comment).
+      if (this.device === "lo") {
+        args.push(...(family === "IPv6" ? ["noprefixroute"] : ["label", LO_ADDRESS_LABEL]));
+      }
       try {
         await this.#ip(args);
       } catch (e) {
@@ -136,9 +152,18 @@ export class IpServiceAddressHost implements ServiceAddressHost {
     return [...found].sort();
   }
 
+  /** @inheritdoc */
+  async missing(family: IPFamily): Promise<string[]> {
+    const owned = await this.#ownedOf(family);
+    const present = new Set(await this.#marked(family));
+    const gone = [...owned].filter((a) => !present.has(a)).sort();
+    for (const a of gone) owned.delete(a);
+    return gone;
+  }
+
   /**
-   * What we own: on a dummy interface everything of the family on it (left by an earlier run too); on lo
-   * only what this process added (lo's own addresses are not ours).
+   * What we own: what this process added, and, once, what an earlier run left (on the dummy interface every
+   * /32 or /128; on lo those with the mark), so a restart removes stale ones.
    */
   async #ownedOf(family: IPFamily): Promise<Set<string>> {
     let owned = this.#owned.get(family);
@@ -146,13 +171,39 @@ export class IpServiceAddressHost implements ServiceAddressHost {
       owned = new Set();
       this.#owned.set(family, owned);
     }
-    if (!this.#adopted.has(family) && this.device === USERSPACE_INTERFACE) {
+    if (!this.#adopted.has(family)) {
       this.#adopted.add(family);
-      const out = await this.#ip([family === "IPv6" ? "-6" : "-4", "-o", "addr", "show", "dev", this.device]);
-      for (const m of out.matchAll(/\binet6? ([0-9a-fA-F:.]+)\/(\d+)/g)) {
-        if (m[2] === (family === "IPv6" ? "128" : "32")) owned.add(m[1]);
-      }
+      for (const a of await this.#marked(family)) owned.add(a);
     }
     return owned;
   }
+
+  /** The addresses of `family` on the interface that are the mode's (see {@link #ownedOf}). */
+  async #marked(family: IPFamily): Promise<string[]> {
+    const v6 = family === "IPv6";
+    const out = await this.#ip([v6 ? "-6" : "-4", "-o", "addr", "show", "dev", this.device]);
+    const found: string[] = [];
+    for (const line of out.split("\n")) {
+      const m = /\binet6? ([0-9a-fA-F:.]+)\/(\d+) (.*)$/.exec(line);
+      if (!m || m[2] !== (v6 ? "128" : "32")) continue;
+      if (this.device === "lo") {
+        const words = m[3].split(/[\s\\]+/);
+        const marked = v6
+          ? words.includes("nodad") && words.includes("noprefixroute")
+          : words.includes(LO_ADDRESS_LABEL);
+        if (!marked) continue;
+      }
+      found.push(m[1]);
+    }
+    return found;
+  }
+}
+
+/**
+ * Removes the mode's addresses from lo (the fallback when there is no dummy driver): `--cleanup` and a
+ * switch to another mode. The dummy interface is deleted whole elsewhere.
+ */
+export async function removeLoServiceAddresses(ip: IpCommand = runIp): Promise<void> {
+  const lo = new IpServiceAddressHost("lo", ip);
+  for (const family of ["IPv4", "IPv6"] as const) await lo.removeAll(family);
 }

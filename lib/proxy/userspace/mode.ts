@@ -8,6 +8,7 @@ import type { BackendContext, Provider, ProxyBackend } from "../provider.ts";
 import { UserspaceBackend } from "./backend.ts";
 import {
   createServiceAddressHost,
+  removeLoServiceAddresses,
   type ServiceAddressHost,
   USERSPACE_INTERFACE,
 } from "./interface_addresses.ts";
@@ -27,6 +28,7 @@ async function iptablesSteering(family: IPFamily, ctx: BackendContext): Promise<
     kind: "iptables",
     listenIP: () => ctx.primaryNodeIP(family) ?? wildcard,
     restore: (payload) => runner.restore(payload),
+    save: () => runner.save("nat"),
     async ensureJumps() {
       for (const j of portalJumps()) {
         const check = await runner.exec(["-w", "5", "-t", "nat", "-C", j.chain, ...j.args]);
@@ -114,6 +116,13 @@ export function createUserspaceBackend(): ProxyBackend {
             code = 1;
           }
         }
+      }
+      // The lo fallback's addresses carry the mode's mark; lo's own are left alone.
+      try {
+        await removeLoServiceAddresses();
+      } catch (e) {
+        log.warn(`cannot remove the userspace service addresses from lo: ${(e as Error).message}`);
+        code = 1;
       }
       // The dummy interface holds only service addresses: deleting it removes them all.
       try {

@@ -140,3 +140,31 @@ export function renderPortalCleanup(): string {
   const cs = Object.values(PORTAL_CHAINS);
   return ["*nat", ...cs.map((c) => `:${c} - [0:0]`), ...cs.map((c) => `-X ${c}`), "COMMIT", ""].join("\n");
 }
+
+/**
+ * Whether the kernel's nat table (`iptables-save -t nat`) still holds what `payload` (the last
+ * {@link renderPortalRules} output) wrote: each portal chain with as many rules, and every jump from the
+ * built-in chains. Returns the first difference found, or null. Counting is enough to catch an operator's
+ * deleted rule or flushed chain without parsing iptables-save's canonical rule text.
+ */
+export function portalDrift(payload: string, saved: string): string | null {
+  const count = (text: string, chain: string) => {
+    let n = 0;
+    for (const line of text.split("\n")) if (line.startsWith(`-A ${chain} `)) n++;
+    return n;
+  };
+  for (const jump of portalJumps()) {
+    const target = jump.args[jump.args.length - 1];
+    const found = saved.split("\n").some((l) =>
+      l.startsWith(`-A ${jump.chain} `) && l.endsWith(`-j ${target}`)
+    );
+    if (!found) return `the jump from ${jump.chain} to ${target} is missing`;
+  }
+  for (const chain of Object.values(PORTAL_CHAINS)) {
+    if (!saved.includes(`:${chain} `)) return `chain ${chain} is missing`;
+    const want = count(payload, chain);
+    const have = count(saved, chain);
+    if (want !== have) return `chain ${chain} has ${have} rules, ${want} written`;
+  }
+  return null;
+}

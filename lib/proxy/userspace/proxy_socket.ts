@@ -6,11 +6,12 @@
  * address, closed after an idle timeout; replies leave through the listener socket, so they come from the
  * address the client sent to.
  *
- * Uses node:net and node:dgram, which Deno and Bun both provide.
+ * TCP goes through the runtime's {@link TcpTransport} (Bun's native sockets in the shipped binary,
+ * node:net elsewhere); UDP uses node:dgram, which Deno and Bun both provide.
  */
-import * as net from "node:net";
 import * as dgram from "node:dgram";
 import type { EndpointInfo } from "../types.ts";
+import { type RelayConn, stripMapped, type TcpTransport, tcpTransport } from "../../runtime/tcp_transport.ts";
 
 /** Upstream's EndpointDialTimeouts: one dial per entry, each on the next endpoint. */
 export const ENDPOINT_DIAL_TIMEOUTS_MS: readonly number[] = [250, 500, 1000, 2000];
@@ -43,7 +44,7 @@ export interface ProxySocket {
   readonly port: number;
   /** Open client connections or UDP sessions. */
   activeCount(): number;
-  /** Stops accepting; closes established connections after `graceMs` (0: at once). */
+  /** Stops accepting; closes established TCP connections after `graceMs` (0: at once), UDP sessions at once. */
   close(graceMs: number): Promise<void>;
 }
 
@@ -57,6 +58,8 @@ export interface ProxySocketOptions {
   readonly stats: ProxySocketStats;
   readonly udpIdleTimeoutMs?: number;
   readonly dialTimeoutsMs?: readonly number[];
+  /** TCP sockets; default: the running runtime's ({@link tcpTransport}). */
+  readonly transport?: TcpTransport;
   readonly log: { warn(msg: string): void; debug(msg: string): void };
 }
 
@@ -69,41 +72,32 @@ function hostPort(address: string, port: number): string {
   return address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
-function stripMapped(ip: string | undefined): string {
-  if (!ip) return "";
-  return ip.startsWith("::ffff:") && ip.includes(".") ? ip.slice(7) : ip;
-}
-
 async function openTCP(o: ProxySocketOptions): Promise<ProxySocket> {
-  const conns = new Set<net.Socket>();
+  const transport = o.transport ?? tcpTransport();
+  const clients = new Set<RelayConn>();
   const timeouts = o.dialTimeoutsMs ?? ENDPOINT_DIAL_TIMEOUTS_MS;
-  const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client) => {
-    conns.add(client);
-    client.once("close", () => conns.delete(client));
-    client.on("error", () => client.destroy());
-    o.stats.connection();
-    void dialAndSplice(client, o, timeouts, conns);
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen({ host: o.address, port: o.port, exclusive: true }, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  server.on("error", (e) => o.log.warn(`userspace listener ${hostPort(o.address, o.port)}: ${e.message}`));
-  const addr = server.address() as net.AddressInfo;
+  const listener = await transport.listen(
+    o.address,
+    o.port,
+    (client) => {
+      clients.add(client);
+      o.stats.connection();
+      void dialAndSplice(transport, client, o, timeouts);
+    },
+    (client) => clients.delete(client),
+  );
   let closed = false;
   return {
-    port: addr.port,
-    activeCount: () => conns.size,
+    port: listener.port,
+    activeCount: () => clients.size,
     async close(graceMs: number): Promise<void> {
       if (closed) return;
       closed = true;
-      const done = new Promise<void>((resolve) => server.close(() => resolve()));
-      if (conns.size > 0) {
-        if (graceMs > 0) await waitDrained(conns, graceMs);
-        for (const c of conns) c.destroy();
+      // node:net's close resolves only after the last connection: start it, then end the connections.
+      const done = listener.close();
+      if (clients.size > 0) {
+        if (graceMs > 0) await waitDrained(clients, graceMs);
+        for (const c of clients) c.destroy(); // each takes its upstream connection with it
       }
       await done;
     },
@@ -111,7 +105,7 @@ async function openTCP(o: ProxySocketOptions): Promise<ProxySocket> {
 }
 
 /** Resolves when `conns` is empty or `ms` passed. */
-function waitDrained(conns: Set<net.Socket>, ms: number): Promise<void> {
+function waitDrained(conns: Set<RelayConn>, ms: number): Promise<void> {
   return new Promise((resolve) => {
     const deadline = Date.now() + ms;
     const tick = () => {
@@ -123,17 +117,17 @@ function waitDrained(conns: Set<net.Socket>, ms: number): Promise<void> {
 }
 
 async function dialAndSplice(
-  client: net.Socket,
+  transport: TcpTransport,
+  client: RelayConn,
   o: ProxySocketOptions,
   timeouts: readonly number[],
-  conns: Set<net.Socket>,
 ): Promise<void> {
-  const clientIP = stripMapped(client.remoteAddress);
+  const clientIP = client.remoteAddress;
   if (o.picker.admit && !o.picker.admit(clientIP)) {
     client.destroy(); // outside loadBalancerSourceRanges
     return;
   }
-  let upstream: net.Socket | null = null;
+  let upstream: RelayConn | null = null;
   for (let attempt = 0; attempt < timeouts.length && upstream === null; attempt++) {
     if (client.destroyed) return;
     const ep = o.picker.next(clientIP, attempt > 0);
@@ -143,7 +137,7 @@ async function dialAndSplice(
       client.destroy();
       return;
     }
-    upstream = await dial(ep, timeouts[attempt]);
+    upstream = await transport.dial(ep.ip, ep.port, timeouts[attempt]);
     if (upstream === null) {
       o.stats.dialError();
       o.picker.dialFailed(ep);
@@ -161,49 +155,7 @@ async function dialAndSplice(
     upstream.destroy();
     return;
   }
-  const up = upstream;
-  conns.add(up);
-  up.once("close", () => conns.delete(up));
-  const fail = () => {
-    client.destroy();
-    up.destroy();
-  };
-  client.removeAllListeners("error");
-  client.on("error", fail);
-  up.on("error", fail);
-  client.on("data", (b: Uint8Array) => o.stats.bytes("in", b.length));
-  up.on("data", (b: Uint8Array) => o.stats.bytes("out", b.length));
-  // pipe: backpressure both ways; a FIN from one side ends the other's write half (half-close).
-  client.pipe(up);
-  up.pipe(client);
-  // Closing when both sides have finished, or when either is torn down.
-  client.once("close", () => {
-    if (!up.writableEnded || !up.readableEnded) up.destroy();
-  });
-  up.once("close", () => {
-    if (!client.writableEnded || !client.readableEnded) client.destroy();
-  });
-  client.resume();
-}
-
-function dial(ep: EndpointInfo, timeoutMs: number): Promise<net.Socket | null> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host: ep.ip, port: ep.port, allowHalfOpen: true, noDelay: true });
-    const timer = setTimeout(() => {
-      s.destroy();
-      resolve(null);
-    }, timeoutMs);
-    s.once("connect", () => {
-      clearTimeout(timer);
-      s.removeAllListeners("error");
-      resolve(s);
-    });
-    s.once("error", () => {
-      clearTimeout(timer);
-      s.destroy();
-      resolve(null);
-    });
-  });
+  transport.splice(client, upstream, (d, n) => o.stats.bytes(d, n), () => {});
 }
 
 interface UDPSession {
@@ -284,14 +236,13 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
   return {
     port: addr.port,
     activeCount: () => sessions.size,
-    async close(graceMs: number): Promise<void> {
+    // UDP sessions end with the listener, whatever the grace (upstream: closing the socket breaks them):
+    // their replies leave through the listener, so without it they could not reach the client anyway.
+    async close(_graceMs: number): Promise<void> {
       if (closed) return;
       closed = true;
-      await new Promise<void>((resolve) => listener.close(() => resolve()));
-      if (graceMs > 0 && sessions.size > 0) {
-        await new Promise((r) => setTimeout(r, Math.min(graceMs, idleMs)));
-      }
       for (const key of [...sessions.keys()]) endSession(key);
+      await new Promise<void>((resolve) => listener.close(() => resolve()));
     },
   };
 }

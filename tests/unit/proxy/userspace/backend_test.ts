@@ -4,6 +4,7 @@ import * as net from "node:net";
 import * as dgram from "node:dgram";
 import { UserspaceBackend } from "../../../../lib/proxy/userspace/backend.ts";
 import type { ServiceAddressHost } from "../../../../lib/proxy/userspace/interface_addresses.ts";
+import { portalJumps } from "../../../../lib/proxy/userspace/portals.ts";
 import type { ProxyState } from "../../../../lib/proxy/provider.ts";
 import { ServicePortMap } from "../../../../lib/proxy/service_change_tracker.ts";
 import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts";
@@ -273,5 +274,77 @@ describe("UserspaceBackend (UDP over loopback)", () => {
     assert.equal(text, "echo:hi");
     assert.equal(from.address, "127.0.0.66");
     assert.equal(from.port, port);
+  });
+});
+
+describe("UserspaceBackend: drift check and closing", () => {
+  it("portals=none: a service address gone from the interface is drift; the next sync adds it again", async () => {
+    const added: string[][] = [];
+    let missing: string[] = [];
+    const addresses: ServiceAddressHost = {
+      device: "kube-userspace0",
+      sync: (_f, a) => (added.push([...a].sort()), Promise.resolve()),
+      removeAll: () => Promise.resolve(),
+      nodeAddresses: () => Promise.resolve(["127.0.0.1"]),
+      missing: () => Promise.resolve(missing),
+    };
+    const be = backend({ steering: { kind: "none", addresses } });
+    const s = svc("d", { clusterIP: "127.0.0.70", portNumber: await freePort() });
+    await be.sync(state([[s, [makeEndpoint("127.0.0.1", await namedServer("a"))]]]), { full: true });
+    assert.equal(await be.checkDrift(), null);
+    missing = ["127.0.0.70"];
+    assert.equal(await be.checkDrift(), "service addresses missing from kube-userspace0: 127.0.0.70");
+  });
+
+  it("iptables portals: a deleted portal rule or jump is drift; a full sync writes the rules and jumps again", async () => {
+    let nat = "";
+    let jumps = 0;
+    const restored: string[] = [];
+    const be = backend({
+      steering: {
+        kind: "iptables",
+        listenIP: () => "127.0.0.1",
+        restore: (p) => (restored.push(p), Promise.resolve()),
+        ensureJumps: () => (jumps++, Promise.resolve()),
+        save: () => Promise.resolve(nat),
+      },
+    });
+    const s = svc("d", { clusterIP: "10.96.0.70", portNumber: 80 });
+    const st = state([[s, [makeEndpoint("127.0.0.1", await namedServer("a"))]]]);
+    await be.sync(st, { full: true });
+    const jumpLines = portalJumps().map((j) => `-A ${j.chain} ${j.args.join(" ")}`);
+    const kernel = (payload: string) =>
+      [...payload.split("\n").filter((l) => l.startsWith(":KUBE") || l.startsWith("-A ")), ...jumpLines].join(
+        "\n",
+      );
+    nat = kernel(restored[0]);
+    assert.equal(await be.checkDrift(), null);
+    nat = nat.split("\n").filter((l) => !l.startsWith("-A KUBE-PORTALS-CONTAINER")).join("\n");
+    assert.match((await be.checkDrift())!, /KUBE-PORTALS-CONTAINER has 0 rules, 1 written/);
+    nat = kernel(restored[0]).split("\n").filter((l) => !l.startsWith("-A OUTPUT")).join("\n");
+    assert.match((await be.checkDrift())!, /jump from OUTPUT/);
+    await be.sync(st, { full: true }); // what the proxier does on drift
+    assert.equal(jumps, 2);
+    assert.equal(restored[1], restored[0]);
+  });
+
+  it("a removed UDP service port ends its sessions at once (upstream), whatever the grace period", async () => {
+    const echo = dgram.createSocket("udp4");
+    await new Promise<void>((r) => echo.bind(0, "127.0.0.1", r));
+    echo.on("message", (m, r) => echo.send(m, r.port, r.address));
+    cleanups.push(() => new Promise<void>((r) => echo.close(() => r())));
+    const port = await freePort();
+    const be = backend({ udpIdleTimeoutMs: 5000, closeGraceMs: 10_000 });
+    const s = svc("u", { clusterIP: "127.0.0.71", portNumber: port, protocol: "UDP" });
+    await be.sync(state([[s, [makeEndpoint("127.0.0.1", echo.address().port)]]]), { full: true });
+    const client = dgram.createSocket("udp4");
+    cleanups.push(() => new Promise<void>((r) => client.close(() => r())));
+    const reply = new Promise((r) => client.once("message", r));
+    client.send("hi", port, "127.0.0.71");
+    await reply;
+    const t0 = Date.now();
+    await be.sync(state([]), { full: true });
+    await be.close();
+    assert.ok(Date.now() - t0 < 1000, `closing took ${Date.now() - t0} ms`);
   });
 });

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import * as net from "node:net";
 import { UserspaceBackend } from "../../../../lib/proxy/userspace/backend.ts";
 import {
+  portalDrift,
   portalJumps,
   renderPortalCleanup,
   renderPortalRules,
@@ -138,5 +139,56 @@ describe("UserspaceBackend with iptables portals", () => {
       await b.close();
       await new Promise<void>((r) => backendSrv.close(() => r()));
     }
+  });
+});
+
+describe("portalDrift", () => {
+  const payload = renderPortalRules("IPv4", [
+    {
+      servicePort: "ns/a:http",
+      protocol: "TCP",
+      ip: "10.96.0.1",
+      port: 80,
+      listenIP: "10.0.0.1",
+      listenPort: 40000,
+    },
+    {
+      servicePort: "ns/a:np",
+      protocol: "TCP",
+      ip: null,
+      port: 30080,
+      listenIP: "10.0.0.1",
+      listenPort: 40001,
+    },
+  ]);
+  // What iptables-save prints back: the chains, our rules (in its own spelling), the jumps.
+  const jumps = portalJumps().map((j) =>
+    `-A ${j.chain} ${j.args.map((a) => a.includes(" ") ? `"${a}"` : a).join(" ")}`
+  );
+  const saved = [
+    "*nat",
+    ":PREROUTING ACCEPT [0:0]",
+    ...payload.split("\n").filter((l) => l.startsWith(":KUBE") || l.startsWith("-A ")),
+    ...jumps,
+    "COMMIT",
+  ].join("\n");
+
+  it("is null while the kernel holds every rule and jump", () => {
+    assert.equal(portalDrift(payload, saved), null);
+  });
+
+  it("names a deleted jump, a deleted rule and a deleted chain", () => {
+    const noJump = saved.split("\n").filter((l) => !l.startsWith("-A PREROUTING")).join("\n");
+    assert.match(portalDrift(payload, noJump)!, /jump from PREROUTING to KUBE-PORTALS-CONTAINER is missing/);
+    const rule = saved.split("\n").find((l) => l.startsWith("-A KUBE-PORTALS-HOST "))!;
+    assert.match(
+      portalDrift(payload, saved.replace(`${rule}\n`, ""))!,
+      /KUBE-PORTALS-HOST has 0 rules, 1 written/,
+    );
+    const noChain = saved.split("\n").filter((l) =>
+      !l.includes("KUBE-NODEPORT-HOST") || l.startsWith("-A OUTPUT")
+    )
+      .join("\n");
+    assert.match(portalDrift(payload, noChain)!, /chain KUBE-NODEPORT-HOST is missing/);
   });
 });
