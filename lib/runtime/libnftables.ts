@@ -37,14 +37,15 @@ export interface LibNftablesOptions {
   readonly netnsPath?: string;
 }
 
-// Minimal shapes of the bun:ffi API used here (the module is only loaded under Bun).
-type Pointer = number & { readonly __pointer?: unique symbol };
-interface BunFfi {
+/** An address as bun:ffi passes it. */
+export type Pointer = number & { readonly __pointer?: unique symbol };
+/** Minimal shape of the bun:ffi API used by the runtime adapters (the module is only loaded under Bun). */
+export interface BunFfi {
   dlopen(
     path: string,
     symbols: Record<string, { args: readonly number[]; returns: number }>,
   ): { symbols: Record<string, (...args: unknown[]) => unknown>; close(): void };
-  FFIType: Record<"u32" | "i32" | "ptr" | "void", number>;
+  FFIType: Record<"u32" | "i32" | "u64" | "i64" | "ptr" | "void", number>;
   CString: new (ptr: Pointer) => { toString(): string };
 }
 
@@ -79,7 +80,7 @@ export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<Li
   const s = lib.symbols;
   const ctx = opts.netnsPath === undefined
     ? s.nft_ctx_new(0) as Pointer | null
-    : inNetns(ffi, opts.netnsPath, () => s.nft_ctx_new(0) as Pointer | null);
+    : enterNetns(ffi, opts.netnsPath, () => s.nft_ctx_new(0) as Pointer | null);
   if (ctx === null || ctx === 0) {
     lib.close();
     throw new Error("libnftables: nft_ctx_new failed");
@@ -108,8 +109,11 @@ export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<Li
   };
 }
 
-/** Runs `fn` with the calling thread in the network namespace at `path`, then returns it to its own. */
-function inNetns<R>(ffi: BunFfi, path: string, fn: () => R): R {
+/**
+ * Runs `fn` with the calling thread in the network namespace at `path`, then returns it to its own (a
+ * netlink socket or context created by `fn` stays bound to that namespace).
+ */
+export function enterNetns<R>(ffi: BunFfi, path: string, fn: () => R): R {
   const libc = ffi.dlopen("libc.so.6", {
     setns: { args: [ffi.FFIType.i32, ffi.FFIType.i32], returns: ffi.FFIType.i32 },
   });

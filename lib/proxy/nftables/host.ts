@@ -1,6 +1,8 @@
 /**
  * The real host side of the nftables backend: one family of table `kube-proxy` through an
- * {@link NftRunner} — transactions, the chain and set names for full syncs, and the drift check.
+ * {@link NftRunner} — transactions, the chain and set names for full syncs, and the drift check. With a
+ * generation tracker (shared by both families), transactions are committed through it and the backend
+ * learns whether anyone else changed the ruleset since, without reading it.
  */
 import type { IPFamily } from "../types.ts";
 import type { NftablesHost } from "./backend.ts";
@@ -14,12 +16,22 @@ import {
   parseMapSizes,
 } from "./drift.ts";
 import { KUBE_PROXY_TABLE } from "./render/names.ts";
+import type { NftGenerationTracker } from "./generation.ts";
 
-/** Adapts an NftRunner to the backend's host interface for `family`. */
-export function nftablesHost(runner: NftRunner, family: IPFamily): NftablesHost {
+/**
+ * Adapts an NftRunner to the backend's host interface for `family`; `generations` (optional) tracks
+ * foreign commits for the drift check.
+ */
+export function nftablesHost(
+  runner: NftRunner,
+  family: IPFamily,
+  generations: NftGenerationTracker | null = null,
+): NftablesHost {
   const fam = nftFamily(family);
   return {
-    apply: (transaction) => runner.run(transaction),
+    apply: (transaction) =>
+      generations === null ? runner.run(transaction) : generations.commit(() => runner.run(transaction)),
+    foreignCommits: () => generations?.foreignCommits() ?? Promise.resolve(null),
     listObjects: () => runner.listObjects(fam),
     async checkDrift(expected, maps) {
       if (expected.size === 0) return null;

@@ -12,6 +12,8 @@ import { nftVersionProblem } from "./version.ts";
 import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
 import { openNftSession } from "./nft_session.ts";
+import { NftGenerationTracker } from "./generation.ts";
+import { openNftGeneration } from "../../runtime/nft_generation.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { parseCIDR } from "../../net/go_net.ts";
@@ -71,6 +73,7 @@ export function createNftablesBackend(
   runnerFactory: () => NftRunner = () => createNftRunner(),
 ): ProxyBackend {
   let runner: NftRunner | null = null;
+  let generations: NftGenerationTracker | null = null;
   return {
     syncPeriods: (config) => nftablesSyncPeriods(config),
 
@@ -82,6 +85,7 @@ export function createNftablesBackend(
       runner = runnerFactory();
       const { ipv6 } = await checkNftablesSupport(runner);
       runner = await withSessionWriter(runner, (m) => log.info(m));
+      generations = await openGenerationTracker((m) => log.info(m));
       return ipv6 ? ["IPv4", "IPv6"] : ["IPv4"];
     },
 
@@ -89,7 +93,7 @@ export function createNftablesBackend(
       const { config, dryRun, log } = ctx;
       let host: NftablesHost;
       if (dryRun) host = createNftDryRunHost(family, ctx.out);
-      else host = nftablesHost(runner ??= runnerFactory(), family);
+      else host = nftablesHost(runner ??= runnerFactory(), family, generations);
       return Promise.resolve(
         new NftablesBackend({
           family,
@@ -124,6 +128,19 @@ export async function withSessionWriter(runner: NftRunner, info: (m: string) => 
   if (session === null) return runner;
   info(`nftables transactions go through ${session.lib === null ? "nft -f -" : "a libnftables session"}`);
   return { ...runner, run: (transaction) => session.run(transaction) };
+}
+
+/**
+ * The generation tracker both families share (the drift check then reads the table only after a foreign
+ * commit), or null where the runtime cannot read the generation id (every check reads the table).
+ */
+export async function openGenerationTracker(info: (m: string) => void): Promise<NftGenerationTracker | null> {
+  const reader = await openNftGeneration().catch(() => null);
+  if (reader === null) {
+    info("nftables drift checks read the table every time (the ruleset generation id is not readable here)");
+    return null;
+  }
+  return new NftGenerationTracker(reader);
 }
 
 /**
