@@ -31,8 +31,9 @@ export function fixedChainRules(transaction: string | readonly string[]): Map<st
   const re = /^(add|flush|delete) (chain|rule) \S+ \S+ (\S+)/gm;
   for (const chunk of typeof transaction === "string" ? [transaction] : transaction) {
     for (const m of chunk.matchAll(re)) {
-      const [, verb, what, chain] = m;
-      if (isServiceChainName(chain)) continue;
+      const [, verb, what, match] = m;
+      if (isServiceChainName(match)) continue;
+      const chain = copyOf(match);
       if (what === "rule") counts.set(chain, (counts.get(chain) ?? 0) + 1);
       else if (verb === "delete") counts.delete(chain);
       else if (verb === "flush") counts.set(chain, 0);
@@ -40,6 +41,15 @@ export function fixedChainRules(transaction: string | readonly string[]): Map<st
     }
   }
   return counts;
+}
+
+/**
+ * A copy of `s` not sharing storage with the string it was cut from: a regexp match or slice of a full
+ * sync's transaction kept in a long-lived Map would keep the whole transaction (20 MB at 5k Services)
+ * alive in JavaScriptCore, which cuts substrings out of their base string.
+ */
+export function copyOf(s: string): string {
+  return [...s].join("");
 }
 
 /** Element counts of the sampled maps in `elements` (the last applied sync's). */
