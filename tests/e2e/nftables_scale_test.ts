@@ -1,8 +1,8 @@
 /**
  * The nftables backend with the real nft and kernel at 1k Services (5 endpoints each) inside a network
  * namespace: the first (full) sync, a one-endpoint change as a partial sync, the drift check of the
- * untouched table (free under Bun, which reads the ruleset generation id; a table read elsewhere), the
- * check after a foreign commit to another table (a read, no drift), and the check after `services` is
+ * untouched table (free under Bun, which reads the ruleset generation id; an nft table read elsewhere), the
+ * check after a foreign commit to another table (a read by name through netlink under Bun, no drift), and the check after `services` is
  * flushed. Prints the figures (never a timed
  * assertion); asserts what must hold at any speed: the partial transaction stays small, the healthy
  * table shows no drift, the flushed one does. Needs root, `ip netns` and nft.
@@ -16,7 +16,7 @@ import { makeEndpoint, makeServicePort } from "../support/tracer.ts";
 import { NftablesBackend } from "../../lib/proxy/nftables/backend.ts";
 import { nftablesHost } from "../../lib/proxy/nftables/host.ts";
 import { NftGenerationTracker } from "../../lib/proxy/nftables/generation.ts";
-import { openNftGeneration } from "../../lib/runtime/nft_generation.ts";
+import { openNftNetlink } from "../../lib/runtime/nft_netlink.ts";
 import { createNftRunner } from "../../lib/proxy/nftables/runner.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
@@ -47,11 +47,11 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
 
   it("first sync, one-endpoint change, drift check: figures", { timeout: 300_000 }, async () => {
     const runner = createNftRunner([IP_BIN, "netns", "exec", ns.name, "nft"]);
-    const reader = await openNftGeneration({ netnsPath: `/var/run/netns/${ns.name}` });
+    const reader = await openNftNetlink({ netnsPath: `/var/run/netns/${ns.name}` });
     const backend = new NftablesBackend({
       family: "IPv4",
       nodeName: "node-1",
-      host: nftablesHost(runner, "IPv4", reader === null ? null : new NftGenerationTracker(reader)),
+      host: nftablesHost(runner, "IPv4", reader === null ? null : new NftGenerationTracker(reader), reader),
       log: { info() {}, warn() {} },
       metrics: createKubeProxyMetrics(new Registry(), { mode: "nftables" }),
       masqueradeAll: false,

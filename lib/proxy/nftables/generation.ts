@@ -1,5 +1,5 @@
 /**
- * Which nftables ruleset changes were ours, from the kernel's generation id (lib/runtime/nft_generation.ts).
+ * Which nftables ruleset changes were ours, from the kernel's generation id (lib/runtime/nft_netlink.ts).
  * Every commit in the network namespace moves the id by one, so our own transactions, read between two
  * looks at the id, account for their own step; any other step is a foreign commit (a firewall reload,
  * iptables-nft, `nft flush ruleset`). The drift check reads table `kube-proxy` only when the count of

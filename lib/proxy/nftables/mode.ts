@@ -13,7 +13,7 @@ import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
 import { openNftSession } from "./nft_session.ts";
 import { NftGenerationTracker } from "./generation.ts";
-import { openNftGeneration } from "../../runtime/nft_generation.ts";
+import { type NftNetlinkReader, openNftNetlink } from "../../runtime/nft_netlink.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { parseCIDR } from "../../net/go_net.ts";
@@ -74,6 +74,7 @@ export function createNftablesBackend(
 ): ProxyBackend {
   let runner: NftRunner | null = null;
   let generations: NftGenerationTracker | null = null;
+  let netlink: NftNetlinkReader | null = null;
   return {
     syncPeriods: (config) => nftablesSyncPeriods(config),
 
@@ -85,7 +86,10 @@ export function createNftablesBackend(
       runner = runnerFactory();
       const { ipv6 } = await checkNftablesSupport(runner);
       runner = await withSessionWriter(runner, (m) => log.info(m));
-      generations = await openGenerationTracker((m) => log.info(m));
+      netlink = await openNftNetlink().catch(() => null);
+      if (netlink === null) {
+        log.info("nftables drift checks read the table through nft every time (no netlink reads here)");
+      } else generations = new NftGenerationTracker(netlink);
       return ipv6 ? ["IPv4", "IPv6"] : ["IPv4"];
     },
 
@@ -93,7 +97,7 @@ export function createNftablesBackend(
       const { config, dryRun, log } = ctx;
       let host: NftablesHost;
       if (dryRun) host = createNftDryRunHost(family, ctx.out);
-      else host = nftablesHost(runner ??= runnerFactory(), family, generations);
+      else host = nftablesHost(runner ??= runnerFactory(), family, generations, netlink);
       return Promise.resolve(
         new NftablesBackend({
           family,
@@ -128,19 +132,6 @@ export async function withSessionWriter(runner: NftRunner, info: (m: string) => 
   if (session === null) return runner;
   info(`nftables transactions go through ${session.lib === null ? "nft -f -" : "a libnftables session"}`);
   return { ...runner, run: (transaction) => session.run(transaction) };
-}
-
-/**
- * The generation tracker both families share (the drift check then reads the table only after a foreign
- * commit), or null where the runtime cannot read the generation id (every check reads the table).
- */
-export async function openGenerationTracker(info: (m: string) => void): Promise<NftGenerationTracker | null> {
-  const reader = await openNftGeneration().catch(() => null);
-  if (reader === null) {
-    info("nftables drift checks read the table every time (the ruleset generation id is not readable here)");
-    return null;
-  }
-  return new NftGenerationTracker(reader);
 }
 
 /**
