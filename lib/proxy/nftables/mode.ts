@@ -123,7 +123,7 @@ export function createNftablesBackend(
 }
 
 /**
- * `runner` with its transactions sent through an nft session (a persistent libnftables context where
+ * `runner` with its transactions sent through an nft session (libnftables in-process where
  * the runtime has one, else `nft -f -`); listings and checks stay on `runner`. Unchanged when no session
  * opens.
  */
