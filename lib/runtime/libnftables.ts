@@ -1,7 +1,8 @@
 /**
- * libnftables (the library behind the `nft` command) called in-process through `bun:ffi`, with one
- * persistent context: a transaction costs no process start and no library set-up, only nft's parse, its
- * cache read and the kernel's commit. Bun only: elsewhere (Deno, or without libnftables.so.1)
+ * libnftables (the library behind the `nft` command) called in-process through `bun:ffi`: a transaction
+ * costs no process start, only nft's parse, its cache read and the kernel's commit. Each call runs in a
+ * fresh context (created right after the previous call, in the same network namespace): nft 1.0.6 reads
+ * its cache again for every transaction anyway, and a kept context would hold the last one's. Bun only: elsewhere (Deno, or without libnftables.so.1)
  * `openLibNftables` returns null and callers run `nft -f -` instead.
  *
  * A call blocks the JavaScript thread for the duration of the commit (nft_run_cmd_from_buffer is
@@ -18,7 +19,7 @@ export interface LibNftablesResult {
   readonly output: string;
 }
 
-/** One persistent libnftables context. */
+/** A libnftables handle (a fresh context per call). */
 export interface LibNftablesContext {
   /** Runs `commands` (nft syntax, newline-separated) as one atomic transaction. */
   run(commands: string): LibNftablesResult;
@@ -37,14 +38,15 @@ export interface LibNftablesOptions {
   readonly netnsPath?: string;
 }
 
-// Minimal shapes of the bun:ffi API used here (the module is only loaded under Bun).
-type Pointer = number & { readonly __pointer?: unique symbol };
-interface BunFfi {
+/** An address as bun:ffi passes it. */
+export type Pointer = number & { readonly __pointer?: unique symbol };
+/** Minimal shape of the bun:ffi API used by the runtime adapters (the module is only loaded under Bun). */
+export interface BunFfi {
   dlopen(
     path: string,
     symbols: Record<string, { args: readonly number[]; returns: number }>,
   ): { symbols: Record<string, (...args: unknown[]) => unknown>; close(): void };
-  FFIType: Record<"u32" | "i32" | "ptr" | "void", number>;
+  FFIType: Record<"u32" | "i32" | "u64" | "i64" | "ptr" | "void", number>;
   CString: new (ptr: Pointer) => { toString(): string };
 }
 
@@ -52,7 +54,7 @@ interface BunFfi {
 const CLONE_NEWNET = 0x40000000;
 
 /**
- * Opens a persistent libnftables context, or returns null when `bun:ffi` is not available (not Bun)
+ * Opens libnftables (a first context, checked at once), or returns null when `bun:ffi` is not available (not Bun)
  * or the library cannot be loaded. Throws when the context cannot be created or the namespace cannot
  * be entered or left (the thread's namespace would otherwise be wrong).
  */
@@ -77,15 +79,23 @@ export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<Li
     return null;
   }
   const s = lib.symbols;
-  const ctx = opts.netnsPath === undefined
-    ? s.nft_ctx_new(0) as Pointer | null
-    : inNetns(ffi, opts.netnsPath, () => s.nft_ctx_new(0) as Pointer | null);
-  if (ctx === null || ctx === 0) {
+  const trim = mallocTrim(ffi);
+  const create = (): Pointer => {
+    const c = opts.netnsPath === undefined
+      ? s.nft_ctx_new(0) as Pointer | null
+      : enterNetns(ffi, opts.netnsPath, () => s.nft_ctx_new(0) as Pointer | null);
+    if (c === null || c === 0) throw new Error("libnftables: nft_ctx_new failed");
+    s.nft_ctx_buffer_output(c);
+    s.nft_ctx_buffer_error(c);
+    return c;
+  };
+  let ctx: Pointer;
+  try {
+    ctx = create();
+  } catch (e) {
     lib.close();
-    throw new Error("libnftables: nft_ctx_new failed");
+    throw e;
   }
-  s.nft_ctx_buffer_output(ctx);
-  s.nft_ctx_buffer_error(ctx);
   const text = (
     p: unknown,
   ): string => (p === null || p === 0 ? "" : new ffi.CString(p as Pointer).toString());
@@ -97,6 +107,11 @@ export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<Li
       // Reading a buffer also empties it, so each call reports only its own text.
       const error = text(s.nft_ctx_get_error_buffer(ctx));
       const output = text(s.nft_ctx_get_output_buffer(ctx));
+      // nft keeps the command's cache (every chain and set it read: tens of MB at 5k Services) in the
+      // context until the next command, which reads it again anyway: a fresh context (15 µs) lets it go.
+      s.nft_ctx_free(ctx);
+      trim?.();
+      ctx = create();
       return { ok: rc === 0, error, output };
     },
     close(): void {
@@ -108,8 +123,23 @@ export async function openLibNftables(opts: LibNftablesOptions = {}): Promise<Li
   };
 }
 
-/** Runs `fn` with the calling thread in the network namespace at `path`, then returns it to its own. */
-function inNetns<R>(ffi: BunFfi, path: string, fn: () => R): R {
+/** glibc's malloc_trim(0) (returns freed heap pages to the OS), or null where there is none (musl). */
+function mallocTrim(ffi: BunFfi): (() => void) | null {
+  try {
+    const libc = ffi.dlopen("libc.so.6", {
+      malloc_trim: { args: [ffi.FFIType.u64], returns: ffi.FFIType.i32 },
+    });
+    return () => void libc.symbols.malloc_trim(0);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Runs `fn` with the calling thread in the network namespace at `path`, then returns it to its own (a
+ * netlink socket or context created by `fn` stays bound to that namespace).
+ */
+export function enterNetns<R>(ffi: BunFfi, path: string, fn: () => R): R {
   const libc = ffi.dlopen("libc.so.6", {
     setns: { args: [ffi.FFIType.i32, ffi.FFIType.i32], returns: ffi.FFIType.i32 },
   });

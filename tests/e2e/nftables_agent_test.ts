@@ -148,6 +148,16 @@ describe("edgeproxy agent e2e: --proxy-mode nftables", { skip: skip || undefined
     assert.doesNotMatch(log, /full resync|drift check .* failed/, log);
   });
 
+  it("a foreign commit that leaves our table alone is no drift (no repair, no full sync)", async () => {
+    const from = c.agent!.logs().length;
+    await nft(["add", "table", "inet", "edgeproxy-test-firewall"]);
+    await nft(["add", "chain", "inet", "edgeproxy-test-firewall", "input"]);
+    await new Promise((r) => setTimeout(r, 2.5 * SYNC_PERIOD_S * 1000));
+    await nft(["delete", "table", "inet", "edgeproxy-test-firewall"]);
+    const log = c.agent!.logs().slice(from);
+    assert.doesNotMatch(log, /full resync|full sync of IPv4|drift check .* failed/, log);
+  });
+
   it("drift: a deleted table, a flushed services chain and `nft flush ruleset` are repaired", async () => {
     await nft(["delete", "table", "ip", "kube-proxy"]);
     const t1 = await repaired("deleted table");

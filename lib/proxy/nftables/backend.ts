@@ -36,6 +36,12 @@ export interface NftablesHost {
   /** Chains and sets now in table `kube-proxy`, or null when the table does not exist (or in dry-run). */
   listObjects(): Promise<NftTableObjects | null>;
   /**
+   * How many nftables commits not made through `apply` (of any family sharing the host's tracker) were
+   * seen so far, looking at the kernel's generation id now; null when it cannot be known. Equal values
+   * at two times mean nobody else changed the ruleset in between.
+   */
+  foreignCommits(): Promise<number | null>;
+  /**
    * Compares the table with the fingerprint of what was programmed: rule counts of the fixed chains
    * (`expected`; a host may check a subset) and element counts of the dispatch maps (`maps`). Returns
    * a reason when they differ, else null.
@@ -104,6 +110,11 @@ export class NftablesBackend implements Provider {
   #staleChains = new Map<string, number>();
   /** Drift fingerprint: rule counts of the fixed chains written by the last full sync. */
   #fixedRules: ReadonlyMap<string, number> = new Map();
+  /**
+   * The host's foreign-commit count when the table was last known to match the fingerprint (written by
+   * a full sync with no foreign commit during it, or read by a drift check); null when not known.
+   */
+  #verifiedAt: number | null = null;
 
   constructor(o: NftablesBackendOptions) {
     this.#o = o;
@@ -165,9 +176,11 @@ export class NftablesBackend implements Provider {
         ).length,
       })
       : [result.transaction];
+    const foreignBefore = result.full ? await o.host.foreignCommits() : null;
     try {
       for (const part of parts) if (part !== "") await o.host.apply(part);
     } catch (e) {
+      this.#verifiedAt = null;
       o.metrics.nftablesSyncFailuresTotal.inc({ ip_family: o.family });
       // Whether nft applied it is unknown only for a crash mid-way; either way the next sync is full,
       // and one transaction if the bounded sequence failed.
@@ -180,7 +193,13 @@ export class NftablesBackend implements Provider {
     this.#firstSync = false;
     this.#applied = true;
     this.#boundedFailed = false;
-    if (result.full) this.#fixedRules = fixedChainRules(result.transaction);
+    if (result.full) {
+      this.#fixedRules = fixedChainRules(result.transaction);
+      // The full sync rewrote everything the fingerprint covers: known good unless someone else
+      // committed while it ran.
+      const foreignAfter = foreignBefore === null ? null : await o.host.foreignCommits();
+      this.#verifiedAt = foreignAfter !== null && foreignAfter === foreignBefore ? foreignAfter : null;
+    }
     for (const chain of result.staleChains) {
       if (!this.#staleChains.has(chain)) this.#staleChains.set(chain, start);
     }
@@ -198,12 +217,20 @@ export class NftablesBackend implements Provider {
     };
   }
 
-  /** @inheritdoc */
-  checkDrift(): Promise<string | null> {
-    if (!this.#applied) return Promise.resolve(null);
+  /**
+   * Reads the table only when someone else committed to the ruleset since it was last known good (the
+   * kernel's generation id, through the host); with no way to tell, on every check.
+   */
+  async checkDrift(): Promise<string | null> {
+    if (!this.#applied) return null;
+    const foreign = await this.#o.host.foreignCommits();
+    if (foreign !== null && foreign === this.#verifiedAt) return null;
     const counts = this.#renderer.elementCounts();
     const maps = new Map(SAMPLED_MAPS.map((m) => [m, counts.get(m) ?? 0]));
-    return this.#o.host.checkDrift(this.#fixedRules, maps);
+    const reason = await this.#o.host.checkDrift(this.#fixedRules, maps);
+    // A commit landing during the read moves the count again, so the next check reads once more.
+    this.#verifiedAt = reason === null ? foreign : null;
+    return reason;
   }
 
   /** Upstream: at the start of a sync, delete chains flushed more than a second ago (separately). */

@@ -16,6 +16,7 @@ export function createNftDryRunHost(family: IPFamily, write: (text: string) => v
       return Promise.resolve();
     },
     listObjects: () => Promise.resolve(null),
+    foreignCommits: () => Promise.resolve(null),
     checkDrift: () => Promise.resolve(null),
   };
 }

@@ -12,6 +12,8 @@ import { nftVersionProblem } from "./version.ts";
 import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
 import { openNftSession } from "./nft_session.ts";
+import { NftGenerationTracker } from "./generation.ts";
+import { type NftNetlinkReader, openNftNetlink } from "../../runtime/nft_netlink.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
 import { featureEnabled } from "../../config/feature_gates.ts";
 import { parseCIDR } from "../../net/go_net.ts";
@@ -71,6 +73,8 @@ export function createNftablesBackend(
   runnerFactory: () => NftRunner = () => createNftRunner(),
 ): ProxyBackend {
   let runner: NftRunner | null = null;
+  let generations: NftGenerationTracker | null = null;
+  let netlink: NftNetlinkReader | null = null;
   return {
     syncPeriods: (config) => nftablesSyncPeriods(config),
 
@@ -82,6 +86,10 @@ export function createNftablesBackend(
       runner = runnerFactory();
       const { ipv6 } = await checkNftablesSupport(runner);
       runner = await withSessionWriter(runner, (m) => log.info(m));
+      netlink = await openNftNetlink().catch(() => null);
+      if (netlink === null) {
+        log.info("nftables drift checks read the table through nft every time (no netlink reads here)");
+      } else generations = new NftGenerationTracker(netlink);
       return ipv6 ? ["IPv4", "IPv6"] : ["IPv4"];
     },
 
@@ -89,7 +97,7 @@ export function createNftablesBackend(
       const { config, dryRun, log } = ctx;
       let host: NftablesHost;
       if (dryRun) host = createNftDryRunHost(family, ctx.out);
-      else host = nftablesHost(runner ??= runnerFactory(), family);
+      else host = nftablesHost(runner ??= runnerFactory(), family, generations, netlink);
       return Promise.resolve(
         new NftablesBackend({
           family,
@@ -115,7 +123,7 @@ export function createNftablesBackend(
 }
 
 /**
- * `runner` with its transactions sent through an nft session (a persistent libnftables context where
+ * `runner` with its transactions sent through an nft session (libnftables in-process where
  * the runtime has one, else `nft -f -`); listings and checks stay on `runner`. Unchanged when no session
  * opens.
  */

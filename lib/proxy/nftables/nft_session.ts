@@ -1,12 +1,12 @@
 /**
  * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts):
- * one persistent libnftables context (lib/runtime/libnftables.ts) under Bun, which spares each
+ * libnftables in-process (lib/runtime/libnftables.ts) under Bun, which spares each
  * transaction the `nft` process start and library set-up; `nft -f -`, one process per transaction,
  * elsewhere (Deno) and for large transactions (a first sync's chunks), so a long commit never blocks
  * the event loop. Transactions run one at a time, in call order; each is atomic (a failing one changes
  * nothing and its error carries nft's text), and a failure leaves the session usable.
  *
- * nft 1.0.6 still re-reads the table's chains and sets before every transaction, also in a persistent
+ * nft 1.0.6 still re-reads the table's chains and sets before every transaction, also in a kept
  * context: its cache is dropped whenever the ruleset generation moved, and our own commit moves it.
  */
 import process from "node:process";
@@ -120,7 +120,7 @@ export class NftSession implements NftTransactionRunner {
 }
 
 /**
- * Opens a session: with a persistent libnftables context when available and allowed, otherwise one
+ * Opens a session: with libnftables in-process when available and allowed, otherwise one
  * `nft -f -` per transaction.
  */
 export async function openNftSession(options: NftSessionOptions = {}): Promise<NftSession> {

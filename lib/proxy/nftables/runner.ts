@@ -6,6 +6,7 @@
 import { runInProcessGroup, type RunResult } from "../../runtime/process_groups.ts";
 import type { NftFamily } from "./render/transaction.ts";
 import { KUBE_PROXY_TABLE } from "./render/names.ts";
+import { copyOf } from "./drift.ts";
 
 /** How long one nft command may run before its process group is killed. */
 const NFT_TIMEOUT_MS = 120_000;
@@ -61,7 +62,8 @@ export function parseListedNames(output: string, kind: "chain" | "set", family: 
     }
     if (!inTable) continue;
     const m = /^\t(chain|set|map) (\S+) \{/.exec(line);
-    if (m !== null && m[1] === kind) out.push(m[2]);
+    // Copied: the names outlive the listing (stale chains wait for deletion), the listing need not.
+    if (m !== null && m[1] === kind) out.push(copyOf(m[2]));
   }
   return out;
 }

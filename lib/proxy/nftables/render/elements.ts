@@ -9,6 +9,14 @@ import type { NftTransaction } from "./transaction.ts";
 /** Elements per set or map name: key ("a . b . c") → value ("" for a set element). */
 export type NftElementState = ReadonlyMap<string, ReadonlyMap<string, string>>;
 
+/** Told of every `ensure` call, in order, before duplicates are dropped. */
+export type ElementObserver = (
+  container: string,
+  key: readonly string[],
+  value: readonly string[] | undefined,
+  comment: string | undefined,
+) => void;
+
 /** Writes the elements of one sync into a transaction and records the resulting state. */
 export class ElementWriter {
   readonly #next = new Map<string, Map<string, string>>();
@@ -17,10 +25,15 @@ export class ElementWriter {
    * `previous` is the state after the last applied sync, or null for a full sync (whose containers the
    * setup part of the transaction has flushed).
    */
-  constructor(readonly tx: NftTransaction, readonly previous: NftElementState | null) {}
+  constructor(
+    readonly tx: NftTransaction,
+    readonly previous: NftElementState | null,
+    readonly observe: ElementObserver | null = null,
+  ) {}
 
   /** Ensures an element exists with this value (upstream ensureElem). */
   ensure(container: string, key: readonly string[], value?: readonly string[], comment?: string): void {
+    this.observe?.(container, key, value, comment);
     const k = key.join(" . ");
     const v = value === undefined ? "" : value.join(" . ");
     let mine = this.#next.get(container);

@@ -5,8 +5,10 @@
  * differences — no walk over the unchanged services (upstream's partial sync still walks all of them
  * to diff every element) and no table listing.
  *
- * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built beside
- * it with the same per-service-port code (writeServicePort). The table after any sequence of
+ * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built from
+ * what its single pass tells an observer (each service port rendered once). The cache keeps no rendered
+ * text: per service port only its element ids, chain and set names; per element the value and comment
+ * written (shared between the wanting ports' entry and the applied state). The table after any sequence of
  * incremental syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync
  * of the same state writes (tests/unit/proxy/nftables/incremental_test.ts).
  */
@@ -27,6 +29,7 @@ import {
   renderNFTablesSync,
   renderStaleChainDeletion,
 } from "./render.ts";
+import type { ServicePortOutcome } from "./service_port.ts";
 
 /** Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. */
 export interface NftIncrementalInput extends Omit<NftRenderInput, "services"> {
@@ -41,23 +44,30 @@ interface WantedElement {
   readonly comment: string | undefined;
 }
 
-/** A service port's cached share of the table. */
+/** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
 interface Fragment {
-  /** Its chain, rule and affinity-set lines, as a full sync writes them. */
-  readonly lines: readonly string[];
-  readonly elements: readonly WantedElement[];
+  /** Ids of the elements it wants (see elementId), each once. */
+  readonly elementIds: readonly string[];
   readonly chains: readonly string[];
   readonly affinitySets: readonly string[];
   readonly noLocalInternal: boolean;
   readonly noLocalExternal: boolean;
 }
 
-/** Element value and comment as written. */
+/** Element value ("" for a set element) and comment as written. */
 interface ElementBody {
   readonly value: string;
-  readonly valueParts: readonly string[] | undefined;
   readonly comment: string | undefined;
 }
+
+/** The body of every set element without a comment (most of them): one shared object. */
+const PLAIN: ElementBody = Object.freeze({ value: "", comment: undefined });
+
+/**
+ * The service ports wanting one element and the body each would write: one owner inline (the common
+ * case, no Map per element), a Map from the second on.
+ */
+type Owners = { readonly owner: string; readonly body: ElementBody } | Map<string, ElementBody>;
 
 /** Work done by the syncs so far (counted, for tests: it must not grow with unchanged services). */
 export interface NftIncrementalWork {
@@ -86,6 +96,9 @@ export interface NftIncrementalResult {
 /** Element identity: container and key. */
 const elementId = (container: string, key: string) => `${container}\u0000${key}`;
 
+/** The container of an element id. */
+const containerOf = (id: string) => id.slice(0, id.indexOf("\u0000"));
+
 /** Every setting except services, endpoints and the table listing: a change needs a full sync. */
 function settingsOf(input: NftIncrementalInput): string {
   return JSON.stringify([
@@ -112,12 +125,7 @@ class RecordingElements extends ElementWriter {
     value?: readonly string[],
     comment?: string,
   ): void {
-    this.wanted.push({
-      container,
-      key: [...key],
-      value: value === undefined ? undefined : [...value],
-      comment,
-    });
+    this.wanted.push({ container, key, value, comment });
   }
 }
 
@@ -128,10 +136,12 @@ class RecordingElements extends ElementWriter {
 export class NftIncrementalRenderer {
   #settings: string | null = null;
   readonly #fragments = new Map<string, Fragment>();
-  /** Wanting service ports of each element, by element id → owner key → body. */
-  readonly #owners = new Map<string, Map<string, ElementBody>>();
-  /** Elements in the kernel after the last sync (element id → body), with their container and key. */
-  readonly #applied = new Map<string, ElementBody & { container: string; key: readonly string[] }>();
+  /** Wanting service ports of each element, by element id. */
+  readonly #owners = new Map<string, Owners>();
+  /** Elements in the kernel after the last sync (element id → body). */
+  readonly #applied = new Map<string, ElementBody>();
+  /** Applied elements per container. */
+  readonly #appliedCounts = new Map<string, number>();
   /** Flushed per-service chains not yet deleted. */
   readonly #stale = new Set<string>();
   readonly #skipped = new Map<string, string>();
@@ -162,9 +172,7 @@ export class NftIncrementalRenderer {
 
   /** Element counts per set or map after the last sync (the elements the service ports wrote). */
   elementCounts(): Map<string, number> {
-    const out = new Map<string, number>();
-    for (const e of this.#applied.values()) out.set(e.container, (out.get(e.container) ?? 0) + 1);
-    return out;
+    return new Map([...this.#appliedCounts].filter(([, n]) => n > 0));
   }
 
   /** Forgets stale chains deleted by the caller (its own staleChainDeletion timing). */
@@ -190,24 +198,31 @@ export class NftIncrementalRenderer {
   }
 
   #full(input: NftIncrementalInput, settings: string): NftIncrementalResult {
-    const result: NftRenderResult = renderNFTablesSync({ ...input, services: input.services.values() }, null);
     this.#settings = settings;
     this.#fragments.clear();
     this.#owners.clear();
     this.#applied.clear();
+    this.#appliedCounts.clear();
     this.#skipped.clear();
     this.#noLocalInternal = 0;
     this.#noLocalExternal = 0;
-    const warnings: string[] = [];
-    for (const key of [...input.services.keys()].sort()) {
-      const f = this.#render(input, key, warnings);
-      if (f !== null) this.#adopt(key, f);
-    }
+    // One pass: the full sync's renderer tells us each service port's elements and outcome.
+    let wanted: WantedElement[] = [];
+    const result: NftRenderResult = renderNFTablesSync(
+      { ...input, services: input.services.values() },
+      null,
+      {
+        element: (container, key, value, comment) => wanted.push({ container, key, value, comment }),
+        servicePort: (key, out) => {
+          this.work.servicePortsRendered++;
+          this.#adopt(key, wanted, out);
+          wanted = [];
+        },
+      },
+    );
+    for (const key of result.skippedServices) this.#skipped.set(key, "");
     // What a full sync leaves in the kernel: the first wanting service port's body of each element.
-    for (const [id, owners] of this.#owners) {
-      const [container, key] = id.split("\u0000");
-      this.#applied.set(id, { ...this.#winner(owners)!, container, key: key.split(" . ") });
-    }
+    for (const [id, owners] of this.#owners) this.#setApplied(id, this.#winner(owners));
     for (const c of result.staleChains) this.#stale.add(c);
     for (const c of result.activeChains) this.#stale.delete(c);
     return {
@@ -240,10 +255,10 @@ export class NftIncrementalRenderer {
         for (const s of old.affinitySets) dropped.sets.add(s);
       }
       if (next !== null) {
-        this.#adopt(key, next, touched);
+        this.#adopt(key, next.elements, next.out, touched);
         lines.push(...next.lines);
-        for (const c of next.chains) kept.chains.add(c);
-        for (const s of next.affinitySets) kept.sets.add(s);
+        for (const c of next.out.chains) kept.chains.add(c);
+        for (const s of next.out.affinitySets) kept.sets.add(s);
       }
     }
     // Element differences, after the chains they may point to exist.
@@ -257,18 +272,15 @@ export class NftIncrementalRenderer {
       if (have !== undefined && want !== null && have.value === want.value && have.comment === want.comment) {
         continue;
       }
-      const [container, keyText] = id.split("\u0000");
-      const key = keyText.split(" . ");
-      if (have !== undefined) {
-        deletes.push(`delete element ${prefix} ${container} { ${keyText} }`);
-        this.#applied.delete(id);
-      }
+      const container = containerOf(id);
+      const keyText = id.slice(container.length + 1);
+      if (have !== undefined) deletes.push(`delete element ${prefix} ${container} { ${keyText} }`);
       if (want !== null) {
         const c = want.comment === undefined ? "" : ` comment ${JSON.stringify(want.comment)}`;
-        const v = want.valueParts === undefined || want.valueParts.length === 0 ? "" : ` : ${want.value}`;
+        const v = want.value === "" ? "" : ` : ${want.value}`;
         adds.push(`add element ${prefix} ${container} { ${keyText}${c}${v} }`);
-        this.#applied.set(id, { ...want, container, key });
       }
+      this.#setApplied(id, want);
     }
     lines.push(...deletes, ...adds);
     const staleChains: string[] = [];
@@ -295,31 +307,65 @@ export class NftIncrementalRenderer {
   }
 
   /** The body a full sync writes for an element: that of the first wanting service port in key order. */
-  #winner(owners: Map<string, ElementBody>): ElementBody | null {
+  #winner(owners: Owners): ElementBody | null {
+    if (!(owners instanceof Map)) return owners.body;
     let best: string | null = null;
     for (const k of owners.keys()) if (best === null || k < best) best = k;
     return best === null ? null : owners.get(best)!;
   }
 
-  #adopt(key: string, f: Fragment, touched?: Set<string>): void {
-    this.#fragments.set(key, f);
-    if (f.noLocalInternal) this.#noLocalInternal++;
-    if (f.noLocalExternal) this.#noLocalExternal++;
-    for (const e of f.elements) {
-      const keyText = e.key.join(" . ");
-      const id = elementId(e.container, keyText);
-      let owners = this.#owners.get(id);
-      if (owners === undefined) this.#owners.set(id, owners = new Map());
+  /** Records `body` as the applied state of element `id` (null: not in the kernel). */
+  #setApplied(id: string, body: ElementBody | null): void {
+    const had = this.#applied.has(id);
+    if (had === (body !== null)) {
+      if (body !== null) this.#applied.set(id, body);
+      return;
+    }
+    const container = containerOf(id);
+    const n = this.#appliedCounts.get(container) ?? 0;
+    if (body === null) {
+      this.#applied.delete(id);
+      this.#appliedCounts.set(container, n - 1);
+    } else {
+      this.#applied.set(id, body);
+      this.#appliedCounts.set(container, n + 1);
+    }
+  }
+
+  #adopt(
+    key: string,
+    wanted: readonly WantedElement[],
+    out: ServicePortOutcome,
+    touched?: Set<string>,
+  ): void {
+    const ids: string[] = [];
+    for (const e of wanted) {
+      const id = elementId(e.container, e.key.join(" . "));
+      const body: ElementBody = e.value === undefined && e.comment === undefined
+        ? PLAIN
+        : { value: e.value === undefined ? "" : e.value.join(" . "), comment: e.comment };
+      const owners = this.#owners.get(id);
       // Within one service port the first ensure wins, as in ElementWriter.
-      if (!owners.has(key)) {
-        owners.set(key, {
-          value: e.value === undefined ? "" : e.value.join(" . "),
-          valueParts: e.value,
-          comment: e.comment,
-        });
+      if (owners === undefined) this.#owners.set(id, { owner: key, body });
+      else if (owners instanceof Map) {
+        if (owners.has(key)) continue;
+        owners.set(key, body);
+      } else {
+        if (owners.owner === key) continue;
+        this.#owners.set(id, new Map([[owners.owner, owners.body], [key, body]]));
       }
+      ids.push(id);
       touched?.add(id);
     }
+    this.#fragments.set(key, {
+      elementIds: ids,
+      chains: out.chains,
+      affinitySets: out.affinitySets,
+      noLocalInternal: out.noLocalInternal,
+      noLocalExternal: out.noLocalExternal,
+    });
+    if (out.noLocalInternal) this.#noLocalInternal++;
+    if (out.noLocalExternal) this.#noLocalExternal++;
   }
 
   #drop(key: string, f: Fragment, touched: Set<string>): void {
@@ -327,11 +373,15 @@ export class NftIncrementalRenderer {
     this.#skipped.delete(key);
     if (f.noLocalInternal) this.#noLocalInternal--;
     if (f.noLocalExternal) this.#noLocalExternal--;
-    for (const e of f.elements) {
-      const id = elementId(e.container, e.key.join(" . "));
+    for (const id of f.elementIds) {
       const owners = this.#owners.get(id);
-      owners?.delete(key);
-      if (owners?.size === 0) this.#owners.delete(id);
+      if (owners instanceof Map) {
+        owners.delete(key);
+        if (owners.size === 1) {
+          const [[owner, body]] = owners;
+          this.#owners.set(id, { owner, body });
+        }
+      } else if (owners?.owner === key) this.#owners.delete(id);
       touched.add(id);
     }
   }
@@ -340,7 +390,11 @@ export class NftIncrementalRenderer {
    * One service port's share, as the loop body of renderNFTablesSync writes it (same validation, endpoint
    * order and categorisation); null when it is skipped.
    */
-  #render(input: NftIncrementalInput, key: string, warnings: string[]): Fragment | null {
+  #render(
+    input: NftIncrementalInput,
+    key: string,
+    warnings: string[],
+  ): { lines: string[]; elements: WantedElement[]; out: ServicePortOutcome } | null {
     this.work.servicePortsRendered++;
     this.#skipped.delete(key);
     const svc = input.services.get(key)!;
@@ -367,13 +421,6 @@ export class NftIncrementalRenderer {
       elements,
     };
     const out = writeServicePort(tx, ctx, svc, cat, true);
-    return {
-      lines: tx.lines(),
-      elements: elements.wanted,
-      chains: out.chains,
-      affinitySets: out.affinitySets,
-      noLocalInternal: out.noLocalInternal,
-      noLocalExternal: out.noLocalExternal,
-    };
+    return { lines: tx.lines(), elements: elements.wanted, out };
   }
 }

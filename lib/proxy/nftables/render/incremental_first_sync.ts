@@ -50,10 +50,20 @@ function adaptiveChunk(written: number, budget: number): number {
   return Math.max(25, c);
 }
 
-/** The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name. */
+/**
+ * The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name (the
+ * fifth word). Cut with indexOf, not split: a 5k-Service first sync has ~200k lines, and per-line
+ * arrays were a large share of its peak memory.
+ */
 function objectOf(line: string): { verb: string; kind: string; name: string } {
-  const w = line.split(" ", 5);
-  return { verb: w[0], kind: w[1], name: w[4] ?? "" };
+  const a = line.indexOf(" ");
+  const b = a < 0 ? -1 : line.indexOf(" ", a + 1);
+  if (b < 0) return { verb: a < 0 ? line : line.slice(0, a), kind: a < 0 ? "" : line.slice(a + 1), name: "" };
+  const c = line.indexOf(" ", b + 1);
+  const d = c < 0 ? -1 : line.indexOf(" ", c + 1);
+  const e = d < 0 ? -1 : line.indexOf(" ", d + 1);
+  const name = d < 0 ? "" : line.slice(d + 1, e < 0 ? line.length : e);
+  return { verb: line.slice(0, a), kind: line.slice(a + 1, b), name };
 }
 
 /** True for a line on a per-service chain or an affinity set (not an element, not a stale flush). */
@@ -72,18 +82,23 @@ export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitO
   const fixed = opts.servicePortsPerTransaction === undefined
     ? null
     : Math.max(1, opts.servicePortsPerTransaction);
-  const lines = transaction.split("\n").filter((l) => l !== "");
+  const lines = transaction.split("\n");
+  if (lines[lines.length - 1] === "") lines.pop();
   const prelude: string[] = [];
   const groups: string[][] = [];
   const rest: string[] = [];
+  // (Stale chains are only flushed, after every service port's "add" lines: search from the end.)
   let lastServiceLine = -1;
-  lines.forEach((l, i) => {
-    const o = objectOf(l);
-    // (Stale chains are only flushed, after every service port's "add" lines.)
-    if (o.verb === "add" && isServiceLine(o.verb, o.kind, o.name)) lastServiceLine = i;
-  });
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const o = objectOf(lines[i]);
+    if (o.verb === "add" && isServiceLine(o.verb, o.kind, o.name)) {
+      lastServiceLine = i;
+      break;
+    }
+  }
   let prevWasChainDecl = false;
   lines.forEach((line, i) => {
+    if (line === "") return;
     const o = objectOf(line);
     if (o.kind === "table" && o.verb === "add") prelude.push(line);
     // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.

@@ -19,8 +19,8 @@ import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.
 import { type NftFamily, NftTransaction } from "./transaction.ts";
 import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
 import { writeSetup } from "./setup.ts";
-import { writeServicePort } from "./service_port.ts";
-import { ElementWriter, type NftElementState } from "./elements.ts";
+import { type ServicePortOutcome, writeServicePort } from "./service_port.ts";
+import { type ElementObserver, ElementWriter, type NftElementState } from "./elements.ts";
 import { isAffinitySetName, isServiceChainName, KUBE_PROXY_TABLE } from "./names.ts";
 
 /** Everything one full nftables sync of one IP family needs. */
@@ -96,6 +96,15 @@ export interface NftRenderResult {
   readonly state: NftSyncState;
 }
 
+/**
+ * Told what each service port of a sync wrote (the incremental renderer builds its cache from a full
+ * sync's single pass): its elements as they are ensured, then the port's key and outcome.
+ */
+export interface NftRenderObserver {
+  readonly element: ElementObserver;
+  servicePort(key: string, outcome: ServicePortOutcome): void;
+}
+
 /** Characters nft allows in a chain or set name (the renderer only ever writes names of this form). */
 const NFT_NAME = /^[A-Za-z_.][A-Za-z0-9_./-]*$/;
 
@@ -139,9 +148,14 @@ export function renderNFTablesFullSync(input: NftRenderInput): NftRenderResult {
 /**
  * Renders a sync of `input.family`: a full one when `partial` is null, otherwise upstream's partial sync
  * (no fixed part; chains only for the changed services; element additions, replacements and deletions
- * against `partial.previous`). `input.firstSync` is ignored for a partial sync.
+ * against `partial.previous`). `input.firstSync` is ignored for a partial sync. `observer` is told what
+ * each service port wrote.
  */
-export function renderNFTablesSync(input: NftRenderInput, partial: NftPartialSync | null): NftRenderResult {
+export function renderNFTablesSync(
+  input: NftRenderInput,
+  partial: NftPartialSync | null,
+  observer: NftRenderObserver | null = null,
+): NftRenderResult {
   if (partial !== null && partial.previous.family !== input.family) {
     throw new Error(`partial sync: previous state is for ${partial.previous.family}, not ${input.family}`);
   }
@@ -176,7 +190,11 @@ export function renderNFTablesSync(input: NftRenderInput, partial: NftPartialSyn
       recreateBaseChains: input.firstSync,
     });
   }
-  const elements = new ElementWriter(tx, partial === null ? null : partial.previous.elements);
+  const elements = new ElementWriter(
+    tx,
+    partial === null ? null : partial.previous.elements,
+    observer?.element ?? null,
+  );
 
   const ctx = {
     family,
@@ -212,6 +230,7 @@ export function renderNFTablesSync(input: NftRenderInput, partial: NftPartialSyn
     const writeChains = partial === null ||
       partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
     const out = writeServicePort(tx, ctx, svc, cat, writeChains);
+    observer?.servicePort(key, out);
     for (const c of out.chains) activeChains.add(c);
     for (const s of out.affinitySets) activeAffinitySets.add(s);
     if (out.noLocalInternal) noLocalInternal++;

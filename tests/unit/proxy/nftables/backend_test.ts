@@ -30,21 +30,42 @@ import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../../../lib/metrics/registry.ts";
 import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
 import { detectLocalByCIDR } from "../../../../lib/proxy/local_detect.ts";
+import { NftGenerationTracker } from "../../../../lib/proxy/nftables/generation.ts";
 
 /** A host over a FakeNftTable that records what it was asked. */
 class FakeHost implements NftablesHost {
   readonly table = new FakeNftTable("ip", "kube-proxy");
   readonly applied: string[] = [];
   lists = 0;
+  driftReads = 0;
   failNext = false;
+  /** The kernel's generation id: moved by every commit, ours (apply) or foreign ({@link foreign}). */
+  generation = 1;
+  /** Set: transactions go through a tracker of the generation id, as the real host's do. */
+  readonly tracker: NftGenerationTracker | null;
+  constructor(withGeneration = false) {
+    this.tracker = withGeneration ? new NftGenerationTracker({ read: () => this.generation }) : null;
+  }
   apply(tx: string): Promise<void> {
+    return this.tracker === null ? this.#apply(tx) : this.tracker.commit(() => this.#apply(tx));
+  }
+  #apply(tx: string): Promise<void> {
     if (this.failNext) {
       this.failNext = false;
       return Promise.reject(new Error("nft -f -: exit status 1: Error: injected"));
     }
     this.applied.push(tx);
     this.table.run(expandElementLists(tx));
+    this.generation++;
     return Promise.resolve();
+  }
+  /** A commit by someone else: `commands` on our table ("" for one on another table). */
+  foreign(commands: string): void {
+    if (commands !== "") this.table.run(commands);
+    this.generation++;
+  }
+  foreignCommits(): Promise<number | null> {
+    return this.tracker?.foreignCommits() ?? Promise.resolve(null);
   }
   listObjects() {
     this.lists++;
@@ -53,6 +74,7 @@ class FakeHost implements NftablesHost {
     );
   }
   checkDrift(expected: ReadonlyMap<string, number>, maps: ReadonlyMap<string, number>) {
+    this.driftReads++;
     if (!this.table.exists()) return Promise.resolve("table ip kube-proxy is gone");
     const listed = new Map<string, number>();
     for (const chain of expected.keys()) {
@@ -237,6 +259,57 @@ describe("NftablesBackend", () => {
     await backend.sync(s, { full: true });
     assert.equal(await backend.checkDrift(), null);
     assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s));
+  });
+
+  it("drift with the generation id: reads the table only after a foreign commit; repairs as before", async () => {
+    const { host, backend } = setup(undefined, new FakeHost(true));
+    const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
+    await backend.sync(s, { full: true });
+    // Our own commits (full, then partial) leave the table known good: no read at all.
+    await backend.sync(state([[svcA, [makeEndpoint("10.180.0.2", 80)]]], [keyA]), { full: false });
+    assert.equal(await backend.checkDrift(), null);
+    assert.equal(await backend.checkDrift(), null);
+    assert.equal(host.driftReads, 0);
+
+    // A foreign commit to another table: one read, no drift, and the next check is free again.
+    host.foreign("");
+    assert.equal(await backend.checkDrift(), null);
+    assert.equal(await backend.checkDrift(), null);
+    assert.equal(host.driftReads, 1);
+
+    const back = state([[svcA, [makeEndpoint("10.180.0.2", 80)]]]);
+    for (
+      const [commands, reason] of [
+        ["flush chain ip kube-proxy services\n", /chain services has 0 rules, expected 2/],
+        ["flush map ip kube-proxy service-ips\n", /map service-ips has 0 elements, expected 1/],
+        ["delete table ip kube-proxy\n", /gone/],
+      ] as const
+    ) {
+      host.foreign(commands);
+      assert.match(String(await backend.checkDrift()), reason);
+      // Until a sync repairs it, every check reads and reports again.
+      assert.match(String(await backend.checkDrift()), reason);
+      await backend.sync(back, { full: true });
+      const reads: number = host.driftReads;
+      assert.equal(await backend.checkDrift(), null);
+      assert.equal(host.driftReads, reads, "a clean full sync leaves the table known good");
+    }
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(back));
+  });
+
+  it("drift with the generation id: a foreign commit during a full sync is checked afterwards", async () => {
+    const host = new FakeHost(true);
+    const { backend } = setup(undefined, host);
+    const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]]]);
+    await backend.sync(s, { full: true });
+    const apply = host.apply.bind(host);
+    host.apply = (tx) => {
+      // Someone flushes the chain right after our commit, before the tracker looks again.
+      return apply(tx).then(() => host.foreign("flush chain ip kube-proxy services\n"));
+    };
+    await backend.sync(s, { full: true });
+    host.apply = apply;
+    assert.match(String(await backend.checkDrift()), /chain services has 0 rules, expected 2/);
   });
 
   it("a failed transaction counts a sync failure and makes the next sync full", async () => {

@@ -195,6 +195,28 @@ test("a full sync renders every service port; an unchanged sync writes nothing",
   assert.equal(r.work.servicePortsRendered, 30);
 });
 
+test("a full sync renders each service port once: its endpoints are read once per port", () => {
+  const cluster = new Cluster(mulberry32(13));
+  for (let i = 0; i < 30; i++) cluster.set(i, 0);
+  const reads = new Map<string, number>();
+  const endpoints = new Map(cluster.endpoints);
+  const get = endpoints.get.bind(endpoints);
+  endpoints.get = (key: string) => {
+    reads.set(key, (reads.get(key) ?? 0) + 1);
+    return get(key);
+  };
+  const r = new NftIncrementalRenderer();
+  const full = r.sync({ ...cluster.input(), endpoints }, null);
+  assert.equal(full.full, true);
+  assert.equal(reads.size, 30);
+  assert.deepEqual([...new Set(reads.values())], [1]);
+  // The cache built from that single pass serves the next change as before.
+  const key = [...cluster.services.keys()][3];
+  endpoints.set(key, [makeEndpoint("10.9.9.9", 8080)]);
+  const next = r.sync({ ...cluster.input(), endpoints }, [key]);
+  assert.match(next.transaction, /10\.9\.9\.9/);
+});
+
 test("a node-level setting change falls back to a full sync", () => {
   const cluster = new Cluster(mulberry32(11));
   for (let i = 0; i < 5; i++) cluster.set(i, 0);
