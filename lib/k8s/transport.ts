@@ -259,10 +259,15 @@ export class ApiTransport {
       this.stats?.recordRequest(opts.resource, opts.verb, res.status, performance.now() - sentAt, url);
       let handedOver = false;
       try {
-        res = decodeResponse(res, fetchFn.decodesContent ?? false, (w, d) => {
-          this.#received.wire += w;
-          this.#received.decoded += d;
-        }, what);
+        res = decodeResponse(res, {
+          fetchDecodes: fetchFn.decodesContent ?? false,
+          count: (w, d) => {
+            this.#received.wire += w;
+            this.#received.decoded += d;
+          },
+          what,
+          signal: ctl.signal,
+        });
         if (!res.ok) {
           let text = "";
           try {
