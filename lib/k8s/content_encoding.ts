@@ -65,9 +65,11 @@ export function decodeResponse(res: Response, opts: DecodeOptions): Response {
     body = counting(body, (n) => count(n, n), signal);
   }
   const headers = new Headers(res.headers);
-  // The body handed on is decoded: its length and encoding are no longer what the headers say.
-  headers.delete("content-encoding");
-  headers.delete("content-length");
+  if (compressed) {
+    // The body handed on is decoded: its length and encoding are no longer what the headers say.
+    headers.delete("content-encoding");
+    headers.delete("content-length");
+  }
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 

@@ -84,6 +84,7 @@ async function harness(
   srvOpts: Parameters<typeof startTestApiserver>[0] = {},
   before?: (srv: TestApiserver) => void,
   insecure = false,
+  relistPeriodMs?: number,
 ): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), "edgeproxy-poll-"));
   const srv = await startTestApiserver(srvOpts);
@@ -103,6 +104,7 @@ async function harness(
     spec: SERVICES_RESOURCE,
     handler: rec,
     intervalMs,
+    relistPeriodMs,
     timings: { backoff: { initialMs: 100, maxMs: 400, jitter: 0 } },
     log,
   });
@@ -248,4 +250,26 @@ describe("--api-mode=poll: bounded watches", () => {
       await h.stop();
     }
   });
+
+  it(
+    "relistPeriodMs, when asked for, adds a full LIST that often and no more",
+    { timeout: 60_000 },
+    async () => {
+      const h = await harness(
+        1000,
+        { bookmarkIntervalMs: 300 },
+        (srv) => srv.create("services", svc("a")),
+        false,
+        2000,
+      );
+      try {
+        await h.p.synced;
+        await pause(5000);
+        const n = fullLists(h.srv).length;
+        assert.ok(n >= 2 && n <= 4, `${n} LISTs in about 5 s with a 2 s relist period`);
+      } finally {
+        await h.stop();
+      }
+    },
+  );
 });
