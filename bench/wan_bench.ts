@@ -8,6 +8,9 @@
  *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
  *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet]
  *
+ * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
+ * and each node holds 3 watches open).
+ *
  * Each figure is measured over one window of `--window` seconds after the first sync has settled, with
  * one change (an EndpointSlice update) in the middle of it, and scaled to an hour (× 3600 / window): the
  * run is shorter than an hour, the rate is extrapolated. Bytes are response bodies as the apiserver wrote
