@@ -1,12 +1,15 @@
 /**
  * decodeResponse: a gzip body is decoded as it streams (the first event line is readable before the
- * stream ends), exactly once (a body the fetch already decoded is passed through), with the wire and
- * decoded bytes counted; an abort ends the body at once; an unknown encoding is refused with one line.
+ * stream ends), exactly once (a body the fetch already decoded is passed through, and each runtime's
+ * fetch says truly whether it decodes), with the wire and decoded bytes counted; an abort ends the body at
+ * once; an unknown encoding is refused with one line.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { gzipSync } from "node:zlib";
 import { decodeResponse } from "../../../lib/k8s/content_encoding.ts";
+import { createTlsFetch, runtimeName } from "../../../lib/runtime/fetch_tls.ts";
+import { startTestApiserver } from "../../support/apiserver.ts";
 
 const enc = new TextEncoder();
 
@@ -115,5 +118,34 @@ describe("decodeResponse", () => {
         }),
       { message: 'GET services (list): response has Content-Encoding "br"; only gzip is accepted' },
     );
+  });
+
+  it(`each fetch of ${runtimeName} says truly whether it decodes (so a body is decoded exactly once)`, async () => {
+    const srv = await startTestApiserver({ bookmarkIntervalMs: 0 });
+    try {
+      const pad = "p".repeat(300);
+      for (let i = 0; i < 600; i++) {
+        srv.create("services", { metadata: { name: `s${i}`, namespace: "d", annotations: { pad } } });
+      }
+      for (const tls of [{ caPem: srv.caPem }, { insecureSkipVerify: true }]) {
+        const f = createTlsFetch(tls);
+        try {
+          const res = await f(`${srv.url}/api/v1/services`, {
+            headers: { Authorization: `Bearer ${srv.token}`, "Accept-Encoding": "gzip" },
+          });
+          assert.equal(res.headers.get("content-encoding"), "gzip", "the test apiserver compressed the list");
+          const first = new Uint8Array(await res.arrayBuffer())[0];
+          assert.equal(
+            first === 0x1f ? "compressed" : "decoded",
+            f.decodesContent ? "decoded" : "compressed",
+            `${f.implementation}: decodesContent=${f.decodesContent}, first byte ${first}`,
+          );
+        } finally {
+          f.close();
+        }
+      }
+    } finally {
+      await srv.close();
+    }
   });
 });
