@@ -3,8 +3,9 @@
  * (timeoutSeconds = the poll interval) keep the store current, so steady state makes no full LIST; a
  * middlebox that cuts every connection after a few seconds costs no LIST and a change still arrives within
  * the interval + 1 s; a middlebox that buffers whole responses is detected and the poller falls back to
- * resourceVersion=0 LISTs every interval, with one warning; a 410 makes exactly one new LIST; LISTs come
- * gzip-compressed and are decoded, with the wire bytes counted.
+ * resourceVersion=0 LISTs every interval, with one warning, while quiet watches on a live link are not
+ * taken for buffering; a 410 makes exactly one new LIST; a relist period, when asked for, adds LISTs; LISTs
+ * come gzip-compressed and are decoded, with the wire bytes counted.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -272,4 +273,20 @@ describe("--api-mode=poll: bounded watches", () => {
       }
     },
   );
+
+  it("quiet watches on a live link (no events, no bookmarks) are not taken for buffering", {
+    timeout: 60_000,
+  }, async () => {
+    const h = await harness(1000, { bookmarkIntervalMs: 0 }, (srv) => srv.create("services", svc("a")));
+    try {
+      await h.p.synced;
+      await pause(5000);
+      assert.ok(watches(h.srv).length >= 4, "several empty watches ended by their timeout");
+      assert.equal(h.p.listing, false);
+      assert.equal(cacheLists(h.srv).length, 0);
+      assert.deepEqual(h.log.lines.filter((l) => l.startsWith("W ")), []);
+    } finally {
+      await h.stop();
+    }
+  });
 });
