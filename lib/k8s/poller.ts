@@ -6,7 +6,8 @@
  * whole cluster every interval, and no connection idles longer than the interval. A full LIST happens
  * only at start, after a 410, or every `relistPeriodMs` when asked. When a proxy on the way buffers whole
  * responses (each watch's data arrives only as it ends), the reflector falls back to LISTs with
- * resourceVersion=0 every interval and logs so once. Handlers see the same events as in watch mode.
+ * resourceVersion=0 every interval and logs so once, trying a watch again every `watchRetryMs`. Handlers
+ * see the same events as in watch mode.
  */
 import { Reflector, type ReflectorTimings } from "./reflector.ts";
 import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
@@ -24,6 +25,8 @@ export interface PollerOptions<T extends KubeObject> {
   intervalMs: number;
   /** A full LIST this often even while watches work (ms; unset or 0: never). */
   relistPeriodMs?: number;
+  /** After a fallback to LISTs, try a watch again this often (ms; default 10 min). */
+  watchRetryMs?: number;
   /** The reflector's timings (watchTimeout* are replaced by the interval). */
   timings?: ReflectorTimings;
   log?: Logger;
@@ -47,7 +50,11 @@ export class Poller<T extends KubeObject> {
       log: opts.log,
       stats: opts.stats,
       store: opts.store,
-      bounded: { intervalMs: opts.intervalMs, relistPeriodMs: opts.relistPeriodMs },
+      bounded: {
+        intervalMs: opts.intervalMs,
+        relistPeriodMs: opts.relistPeriodMs,
+        watchRetryMs: opts.watchRetryMs,
+      },
     });
     this.sink = this.#r.sink;
   }

@@ -21,7 +21,8 @@
  * stays idle longer than that, and a full LIST happens only at start, after a 410, or every
  * `relistPeriodMs` when set. When several watches in a row delivered their data only as they ended (a
  * proxy on the way buffers whole responses, so a watch is no better than a late list), it logs so once
- * and falls back to LISTs with resourceVersion=0 (served from the apiserver's watch cache) every interval.
+ * and falls back to LISTs with resourceVersion=0 (served from the apiserver's watch cache) every interval,
+ * trying one watch again every `watchRetryMs` (the proxy may have gone).
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { type Backoff, type BackoffOptions, sleep } from "./backoff.ts";
@@ -70,6 +71,8 @@ export interface BoundedWatchOptions {
   relistPeriodMs?: number;
   /** Watches in a row whose data arrived only as they ended before falling back to LISTs (default 3). */
   bufferedLimit?: number;
+  /** After a fallback, try one bounded watch again this often (ms, default 10 min): the proxy may be gone. */
+  watchRetryMs?: number;
 }
 
 /** Options of {@link Reflector}. */
@@ -116,6 +119,11 @@ export class Reflector<T extends KubeObject> {
   #bufferedInARow = 0;
   /** Watches gave way to resourceVersion=0 LISTs every interval. */
   #listing = false;
+  /** When the fallback (or its last failed retry) began. */
+  #listingSince = 0;
+  /** A watch is being tried again after a fallback. */
+  #retrying = false;
+  #bufferingWarned = false;
 
   /** Nothing happens until {@link start}. */
   constructor(opts: ReflectorOptions<T>) {
@@ -144,6 +152,7 @@ export class Reflector<T extends KubeObject> {
         intervalMs: opts.bounded.intervalMs,
         relistPeriodMs: opts.bounded.relistPeriodMs ?? 0,
         bufferedLimit: opts.bounded.bufferedLimit ?? 3,
+        watchRetryMs: opts.bounded.watchRetryMs ?? 10 * 60_000,
       };
     }
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
@@ -195,8 +204,14 @@ export class Reflector<T extends KubeObject> {
     let needList = true;
     while (!signal.aborted) {
       if (this.#listing) {
-        await this.#pollList(signal);
-        continue;
+        if (Date.now() - this.#listingSince < this.#bounded!.watchRetryMs) {
+          await this.#pollList(signal);
+          continue;
+        }
+        // One watch decides: live, and watching resumes; buffered again, and listing goes on.
+        this.#listing = false;
+        this.#retrying = true;
+        this.#bufferedInARow = this.#bounded!.bufferedLimit - 1;
       }
       const relist = this.#bounded?.relistPeriodMs ?? 0;
       if (relist > 0 && Date.now() - this.#listedAt >= relist) needList = true;
@@ -276,17 +291,27 @@ export class Reflector<T extends KubeObject> {
         out.lastedMs - out.firstChunkMs <= AT_END_MS);
     if (!buffered) {
       this.#bufferedInARow = 0;
+      if (this.#retrying) {
+        this.#retrying = false;
+        this.#log.info(`watch ${this.#spec.resource}: watches are delivered as they happen again; watching`);
+      }
       return;
     }
     this.#bufferedInARow++;
     const b = this.#bounded!;
     if (this.#bufferedInARow < b.bufferedLimit) return;
     this.#listing = true;
-    this.#log.warn(
-      `watch ${this.#spec.resource}: the last ${this.#bufferedInARow} watches delivered their data only when ` +
+    this.#listingSince = Date.now();
+    const msg = this.#retrying
+      ? `watch ${this.#spec.resource}: responses are still buffered; listing on`
+      : `watch ${this.#spec.resource}: the last ${this.#bufferedInARow} watches delivered their data only when ` +
         `they ended (a proxy on the way buffers responses); listing with resourceVersion=0 every ` +
-        `${b.intervalMs} ms instead of watching`,
-    );
+        `${b.intervalMs} ms instead of watching`;
+    this.#retrying = false;
+    // Warned once; the periodic retries that find the same proxy are not news.
+    if (this.#bufferingWarned) this.#log.debug(msg);
+    else this.#log.warn(msg);
+    this.#bufferingWarned = true;
   }
 
   /** One round of the fallback: a LIST from the watch cache, then the interval (or the failure backoff). */

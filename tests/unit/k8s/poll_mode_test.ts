@@ -3,8 +3,8 @@
  * (timeoutSeconds = the poll interval) keep the store current, so steady state makes no full LIST; a
  * middlebox that cuts every connection after a few seconds costs no LIST and a change still arrives within
  * the interval + 1 s; a middlebox that buffers whole responses is detected and the poller falls back to
- * resourceVersion=0 LISTs every interval, with one warning, while quiet watches on a live link are not
- * taken for buffering; a 410 makes exactly one new LIST; a relist period, when asked for, adds LISTs; LISTs
+ * resourceVersion=0 LISTs every interval, with one warning, and tries a watch again now and then (watching
+ * resumes once the proxy is gone), while quiet watches on a live link are not taken for buffering; a 410 makes exactly one new LIST; a relist period, when asked for, adds LISTs; LISTs
  * come gzip-compressed and are decoded, with the wire bytes counted.
  */
 import { describe, it } from "node:test";
@@ -16,7 +16,7 @@ import { type RecordedRequest, startTestApiserver, type TestApiserver } from "..
 import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, type Logger } from "../../../lib/k8s/transport.ts";
 import { type ResourceEventHandler, SERVICES_RESOURCE } from "../../../lib/k8s/resource.ts";
-import { Poller } from "../../../lib/k8s/poller.ts";
+import { Poller, type PollerOptions } from "../../../lib/k8s/poller.ts";
 import { type KubeObject, objectKey } from "../../../lib/k8s/store.ts";
 
 /** Records when each object was last seen changed (ms since epoch), keyed by namespace/name. */
@@ -85,7 +85,7 @@ async function harness(
   srvOpts: Parameters<typeof startTestApiserver>[0] = {},
   before?: (srv: TestApiserver) => void,
   insecure = false,
-  relistPeriodMs?: number,
+  poller: Partial<PollerOptions<KubeObject>> = {},
 ): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), "edgeproxy-poll-"));
   const srv = await startTestApiserver(srvOpts);
@@ -105,7 +105,7 @@ async function harness(
     spec: SERVICES_RESOURCE,
     handler: rec,
     intervalMs,
-    relistPeriodMs,
+    ...poller,
     timings: { backoff: { initialMs: 100, maxMs: 400, jitter: 0 } },
     log,
   });
@@ -261,7 +261,7 @@ describe("--api-mode=poll: bounded watches", () => {
         { bookmarkIntervalMs: 300 },
         (srv) => srv.create("services", svc("a")),
         false,
-        2000,
+        { relistPeriodMs: 2000 },
       );
       try {
         await h.p.synced;
@@ -285,6 +285,47 @@ describe("--api-mode=poll: bounded watches", () => {
       assert.equal(h.p.listing, false);
       assert.equal(cacheLists(h.srv).length, 0);
       assert.deepEqual(h.log.lines.filter((l) => l.startsWith("W ")), []);
+    } finally {
+      await h.stop();
+    }
+  });
+
+  it("after a fallback, a watch is tried again; once the proxy is gone, watching resumes", {
+    timeout: 90_000,
+  }, async () => {
+    const h = await harness(
+      1000,
+      { bookmarkIntervalMs: 200 },
+      (srv) => {
+        srv.create("services", svc("a"));
+        srv.faults.bufferResponses(true);
+      },
+      false,
+      { watchRetryMs: 2500 },
+    );
+    try {
+      await h.p.synced;
+      await waitFor("the fallback", () => h.p.listing, 20_000);
+      // A retry while the proxy still buffers: listing goes on, without a second warning.
+      await waitFor(
+        "a retried watch",
+        () => h.log.lines.some((l) => /still buffered; listing on/.test(l)),
+        20_000,
+      );
+      assert.equal(h.log.lines.filter((l) => l.startsWith("W ")).length, 1);
+      h.srv.faults.bufferResponses(false);
+      await waitFor(
+        "watching again",
+        () => !h.p.listing && h.log.lines.some((l) => /as they happen again/.test(l)),
+        20_000,
+      );
+      const lists = cacheLists(h.srv).length;
+      const made = Date.now();
+      h.srv.create("services", svc("late", "10.96.3.3"));
+      await waitFor("late", () => h.rec.seen.has("default/late"));
+      assert.ok(Date.now() - made < 1000, "delivered by the watch as it happened");
+      await pause(2000);
+      assert.equal(cacheLists(h.srv).length, lists, "no more LISTs once watching");
     } finally {
       await h.stop();
     }
