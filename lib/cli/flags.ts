@@ -697,13 +697,16 @@ export const FLAGS: readonly FlagDef[] = [
     quoted,
     {
       group: "edgeproxy",
-      usage: "How to follow the apiserver: 'watch' (list+watch, like kube-proxy) or 'poll' (list every " +
-        "--poll-interval; for links that drop long-lived connections).",
+      usage: "How to follow the apiserver: 'watch' (list+watch, like kube-proxy) or 'poll' (for links that " +
+        "drop long-lived connections: watches bounded to --poll-interval, resumed at once; LISTs every " +
+        "--poll-interval only if a proxy on the way buffers responses).",
     },
   ),
   opt("poll-interval", "duration", "pollInterval", positiveDuration, durationText, {
     group: "edgeproxy",
-    usage: "With --api-mode=poll, the time between two lists. Must be greater than 0.",
+    usage:
+      "With --api-mode=poll, the longest a watch stays open (its timeoutSeconds), and the time between " +
+      "two lists when watches are buffered. Must be greater than 0.",
   }),
   opt("manifests", "string", "manifests", (r) => r, quoted, {
     group: "edgeproxy",

@@ -16,6 +16,13 @@
  *   {@link MAX_API_MESSAGE_BYTES}, and "very short watches" (ended within 1 s with nothing received);
  * - a watch that delivered a garbled line resumes from the last good resourceVersion after a short pause,
  *   and backs off if garbage keeps coming.
+ * With {@link BoundedWatchOptions} (`--api-mode=poll`, for links that drop long-lived connections) the
+ * same loop runs with every watch bounded by `timeoutSeconds` = the poll interval, so no connection
+ * stays idle longer than that, and a full LIST happens only at start, after a 410, or every
+ * `relistPeriodMs` when set. When several watches in a row delivered their data only as they ended (a
+ * proxy on the way buffers whole responses, so a watch is no better than a late list), it logs so once
+ * and falls back to LISTs with resourceVersion=0 (served from the apiserver's watch cache) every interval,
+ * trying one watch again every `watchRetryMs` (the proxy may have gone).
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { type Backoff, type BackoffOptions, sleep } from "./backoff.ts";
@@ -53,12 +60,29 @@ export interface ReflectorTimings {
   random?: () => number;
 }
 
+/** Poll mode: bounded watches, and when to give them up for LISTs. */
+export interface BoundedWatchOptions {
+  /**
+   * --poll-interval (ms): every watch's timeoutSeconds (rounded, at least 1 s), so no connection is idle
+   * longer; also the period of the resourceVersion=0 LISTs after a fallback.
+   */
+  intervalMs: number;
+  /** A full LIST this often even while watches work (ms; 0 or unset: only at start and after a 410). */
+  relistPeriodMs?: number;
+  /** Watches in a row whose data arrived only as they ended before falling back to LISTs (default 3). */
+  bufferedLimit?: number;
+  /** After a fallback, try one bounded watch again this often (ms, default 10 min): the proxy may be gone. */
+  watchRetryMs?: number;
+}
+
 /** Options of {@link Reflector}. */
 export interface ReflectorOptions<T extends KubeObject> {
   transport: ApiTransport;
   spec: ResourceSpec;
   handler: ResourceEventHandler<T>;
   timings?: ReflectorTimings;
+  /** Poll mode (bounded watches); unset: plain list+watch. */
+  bounded?: BoundedWatchOptions;
   log?: Logger;
   stats?: ApiStats;
   store?: ObjectStore<T>;
@@ -68,6 +92,8 @@ export interface ReflectorOptions<T extends KubeObject> {
 const GARBLED_RESUME_MS = 500;
 /** A second garbled line within this window counts as a failure (backoff). */
 const GARBLED_REPEAT_MS = 10_000;
+/** Data that arrives this close to the end of a watch arrived "at the end" (buffering detection). */
+const AT_END_MS = 250;
 
 /** List+watch loop for one resource; see the module header. */
 export class Reflector<T extends KubeObject> {
@@ -88,6 +114,16 @@ export class Reflector<T extends KubeObject> {
   #watches = 0;
   #listedAt = Number.NEGATIVE_INFINITY;
   #garbledAt = Number.NEGATIVE_INFINITY;
+  readonly #bounded: Required<BoundedWatchOptions> | undefined;
+  /** Bounded watches in a row that looked buffered. */
+  #bufferedInARow = 0;
+  /** Watches gave way to resourceVersion=0 LISTs every interval. */
+  #listing = false;
+  /** When the fallback (or its last failed retry) began. */
+  #listingSince = 0;
+  /** A watch is being tried again after a fallback. */
+  #retrying = false;
+  #bufferingWarned = false;
 
   /** Nothing happens until {@link start}. */
   constructor(opts: ReflectorOptions<T>) {
@@ -108,6 +144,17 @@ export class Reflector<T extends KubeObject> {
       maxEventBytes: t.maxEventBytes ?? t.maxMessageBytes ?? MAX_WATCH_EVENT_BYTES,
       random: t.random ?? Math.random,
     };
+    if (opts.bounded) {
+      if (!(opts.bounded.intervalMs > 0)) {
+        throw new Error(`poll interval must be positive, got ${opts.bounded.intervalMs} ms`);
+      }
+      this.#bounded = {
+        intervalMs: opts.bounded.intervalMs,
+        relistPeriodMs: opts.bounded.relistPeriodMs ?? 0,
+        bufferedLimit: opts.bounded.bufferedLimit ?? 3,
+        watchRetryMs: opts.bounded.watchRetryMs ?? 10 * 60_000,
+      };
+    }
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
     this.#failures = new FailureTracker(
       opts.spec.resource,
@@ -116,6 +163,11 @@ export class Reflector<T extends KubeObject> {
       this.#timings.maxRetryAfterMs,
       () => this.#t.config.credentials.description,
     );
+  }
+
+  /** Poll mode only: true once buffered watches made it fall back to resourceVersion=0 LISTs. */
+  get listing(): boolean {
+    return this.#listing;
   }
 
   /** Resolves after the first complete list has been delivered. */
@@ -151,6 +203,18 @@ export class Reflector<T extends KubeObject> {
     const signal = this.#stop.signal;
     let needList = true;
     while (!signal.aborted) {
+      if (this.#listing) {
+        if (Date.now() - this.#listingSince < this.#bounded!.watchRetryMs) {
+          await this.#pollList(signal);
+          continue;
+        }
+        // One watch decides: live, and watching resumes; buffered again, and listing goes on.
+        this.#listing = false;
+        this.#retrying = true;
+        this.#bufferedInARow = this.#bounded!.bufferedLimit - 1;
+      }
+      const relist = this.#bounded?.relistPeriodMs ?? 0;
+      if (relist > 0 && Date.now() - this.#listedAt >= relist) needList = true;
       if (needList) {
         try {
           await this.#list(signal);
@@ -184,6 +248,7 @@ export class Reflector<T extends KubeObject> {
             if (out.quiet) this.#log.debug(msg);
             else this.#log.info(msg);
           }
+          if (this.#bounded) this.#checkBuffered(out);
           break;
         case "garbled":
           // A garbled line is not the apiserver failing: resume soon, without the failure backoff, unless
@@ -213,6 +278,58 @@ export class Reflector<T extends KubeObject> {
     }
   }
 
+  /**
+   * Buffering detection for bounded watches: a watch the server closed at its timeout whose headers, or
+   * whose first data, arrived only as it ended was held back by something on the way. After
+   * `bufferedLimit` of them in a row, watching is no better than listing late: switch to LISTs.
+   */
+  #checkBuffered(out: Extract<WatchOutcome, { kind: "ended" }>): void {
+    if (!out.closedByServer) return; // a cut connection says nothing either way
+    const halfMs = this.#timeoutSeconds() * 500;
+    const buffered = out.headersMs >= halfMs ||
+      (out.firstChunkMs !== null && out.firstChunkMs >= halfMs &&
+        out.lastedMs - out.firstChunkMs <= AT_END_MS);
+    if (!buffered) {
+      this.#bufferedInARow = 0;
+      if (this.#retrying) {
+        this.#retrying = false;
+        this.#log.info(`watch ${this.#spec.resource}: watches are delivered as they happen again; watching`);
+      }
+      return;
+    }
+    this.#bufferedInARow++;
+    const b = this.#bounded!;
+    if (this.#bufferedInARow < b.bufferedLimit) return;
+    this.#listing = true;
+    this.#listingSince = Date.now();
+    const msg = this.#retrying
+      ? `watch ${this.#spec.resource}: responses are still buffered; listing on`
+      : `watch ${this.#spec.resource}: the last ${this.#bufferedInARow} watches delivered their data only when ` +
+        `they ended (a proxy on the way buffers responses); listing with resourceVersion=0 every ` +
+        `${b.intervalMs} ms instead of watching`;
+    this.#retrying = false;
+    // Warned once; the periodic retries that find the same proxy are not news.
+    if (this.#bufferingWarned) this.#log.debug(msg);
+    else this.#log.warn(msg);
+    this.#bufferingWarned = true;
+  }
+
+  /** One round of the fallback: a LIST from the watch cache, then the interval (or the failure backoff). */
+  async #pollList(signal: AbortSignal): Promise<void> {
+    try {
+      await this.#list(signal, "0");
+    } catch (e) {
+      if (!signal.aborted) await this.#failures.fail("list", e, signal);
+      return;
+    }
+    await sleep(this.#bounded!.intervalMs, signal);
+  }
+
+  /** Bounded watches time out after the poll interval (whole seconds, at least 1). */
+  #timeoutSeconds(): number {
+    return Math.max(1, Math.round(this.#bounded!.intervalMs / 1000));
+  }
+
   /** A 410 right after a fresh list means the server cannot serve our watch: back off instead of spinning. */
   async #relistPause(signal: AbortSignal): Promise<void> {
     if (Date.now() - this.#listedAt < this.#timings.shortWatchMs) {
@@ -220,10 +337,11 @@ export class Reflector<T extends KubeObject> {
     }
   }
 
-  async #list(signal: AbortSignal): Promise<void> {
+  async #list(signal: AbortSignal, resourceVersion?: "0"): Promise<void> {
     if (this.#lists > 0) this.#stats?.recordRelist(this.#spec.resource);
     this.#lists++;
     const res = await listAll<unknown>(this.#t, {
+      resourceVersion,
       path: this.#spec.path,
       resource: this.#spec.resource,
       labelSelector: this.#spec.labelSelector,
@@ -246,9 +364,17 @@ export class Reflector<T extends KubeObject> {
 
   #watch(stopSignal: AbortSignal): Promise<WatchOutcome> {
     const tm = this.#timings;
-    const spanS = Math.max(0, tm.watchTimeoutMaxSeconds - tm.watchTimeoutMinSeconds);
-    const timeoutSeconds = Math.floor(tm.watchTimeoutMinSeconds + tm.random() * spanS);
-    const silenceMs = tm.watchdogMs ?? timeoutSeconds * 1000 + tm.watchdogMarginMs;
+    let timeoutSeconds: number;
+    let marginMs = tm.watchdogMarginMs;
+    if (this.#bounded) {
+      timeoutSeconds = this.#timeoutSeconds();
+      // A link that drops idle connections may also drop them silently: notice within about one more interval.
+      marginMs = Math.min(marginMs, Math.max(1000, this.#bounded.intervalMs));
+    } else {
+      const spanS = Math.max(0, tm.watchTimeoutMaxSeconds - tm.watchTimeoutMinSeconds);
+      timeoutSeconds = Math.floor(tm.watchTimeoutMinSeconds + tm.random() * spanS);
+    }
+    const silenceMs = tm.watchdogMs ?? timeoutSeconds * 1000 + marginMs;
     if (this.#watches > 0) this.#stats?.recordWatchRestart(this.#spec.resource);
     this.#watches++;
     return watchOnce({

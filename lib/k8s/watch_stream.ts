@@ -23,8 +23,23 @@ const LINE_DECODER = new TextDecoder();
 
 /** How one watch ended. */
 export type WatchOutcome =
-  /** Established, then ended (server timeout, EOF, broken connection, watchdog); `why` says how. */
-  | { kind: "ended"; why: string; lastedMs: number; received: number; quiet: boolean }
+  /**
+   * Established, then ended (server timeout, EOF, broken connection, watchdog); `why` says how. The
+   * timings let the caller tell a buffering middlebox (everything arrives at the end) from a live stream.
+   */
+  | {
+    kind: "ended";
+    why: string;
+    lastedMs: number;
+    received: number;
+    quiet: boolean;
+    /** The server closed the stream normally (its timeoutSeconds, or EOF), rather than it breaking. */
+    closedByServer: boolean;
+    /** When the response headers arrived (ms after the request was sent). */
+    headersMs: number;
+    /** When the first body bytes arrived (ms after the request was sent); null when none did. */
+    firstChunkMs: number | null;
+  }
   | { kind: "garbled"; error: Error }
   | { kind: "expired"; why: string }
   | { kind: "error"; error: unknown }
@@ -76,12 +91,17 @@ export async function watchOnce<T extends KubeObject>(
   let received = 0;
   let established = false;
   let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  let headersMs = 0;
+  let firstChunkMs: number | null = null;
   const ended = (why: string, quiet = false): WatchOutcome => ({
     kind: "ended",
     why,
     lastedMs: Date.now() - started,
     received,
     quiet,
+    closedByServer: quiet,
+    headersMs,
+    firstChunkMs,
   });
   try {
     const res = await req.transport.openWatch({
@@ -97,6 +117,7 @@ export async function watchOnce<T extends KubeObject>(
       resource: spec.resource,
       signal: ctl.signal,
     });
+    headersMs = Date.now() - started;
     kick();
     req.onAccepted();
     if (!res.body) {
@@ -108,6 +129,7 @@ export async function watchOnce<T extends KubeObject>(
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
+      firstChunkMs ??= Date.now() - started;
       kick();
       req.stats?.recordContact(spec.resource);
       for (const line of splitter.push(value)) {

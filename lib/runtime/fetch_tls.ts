@@ -19,6 +19,11 @@ export type TlsFetch = FetchFn & {
   close(): void;
   /** Which implementation serves requests: "deno", "bun", "node-https" or "global" (plain fetch). */
   readonly implementation: "deno" | "bun" | "node-https" | "global";
+  /**
+   * Whether response bodies arrive already decoded when the server compressed them (Deno's fetch always
+   * decodes; Bun's is told not to, and node:https never does), so the caller decodes exactly once.
+   */
+  readonly decodesContent: boolean;
 };
 
 /** TLS settings for one apiserver connection (PEM strings, already read from files). */
@@ -53,7 +58,9 @@ export function createTlsFetch(opts: TlsFetchOptions = {}): TlsFetch {
     throw new Error("TLS client configuration: a client certificate needs its key and a key its certificate");
   }
   const custom = Boolean(opts.caPem || opts.certPem || opts.insecureSkipVerify);
-  if (!custom) return withMeta((input, init) => fetch(input, init), () => {}, "global");
+  if (!custom) {
+    return withMeta((input, init) => fetch(input, { ...init, ...NO_DECOMPRESS }), () => {}, "global");
+  }
 
   if (runtimeName === "deno" && !opts.insecureSkipVerify) {
     const clientOpts: Record<string, unknown> = {};
@@ -82,7 +89,11 @@ export function createTlsFetch(opts: TlsFetchOptions = {}): TlsFetch {
       tls.cert = opts.certPem;
       tls.key = opts.keyPem;
     }
-    return withMeta((input, init) => fetch(input, { ...init, tls } as RequestInit), () => {}, "bun");
+    return withMeta(
+      (input, init) => fetch(input, { ...init, tls, ...NO_DECOMPRESS } as RequestInit),
+      () => {},
+      "bun",
+    );
   }
   const agentOpts: https.AgentOptions = {
     keepAlive: true,
@@ -97,8 +108,13 @@ export function createTlsFetch(opts: TlsFetchOptions = {}): TlsFetch {
   return withMeta((input, init) => nodeFetch(input, init, agent), () => agent.destroy(), "node-https");
 }
 
+/** Bun's fetch decodes compressed bodies unless told not to; the transport decodes them itself (and counts). */
+const NO_DECOMPRESS: Record<string, unknown> = runtimeName === "bun" ? { decompress: false } : {};
+
 function withMeta(f: FetchFn, close: () => void, implementation: TlsFetch["implementation"]): TlsFetch {
-  return Object.assign(f, { close, implementation }) as TlsFetch;
+  // Deno's fetch (its own client or the global one) always decodes; Bun's and node:https never do here.
+  const decodesContent = runtimeName === "deno" && implementation !== "node-https";
+  return Object.assign(f, { close, implementation, decodesContent }) as TlsFetch;
 }
 
 /**

@@ -3,7 +3,9 @@
  * HTTPS with a generated CA, bearer-token or client-certificate auth, LIST with `limit`/`continue`
  * and `resourceVersion`/`resourceVersionMatch`, WATCH with resume from a resourceVersion, bookmarks,
  * `timeoutSeconds`, label and field selectors (including the DELETED/ADDED an object gets when it stops or
- * starts matching), 410 Expired after compaction, and fault injection for client hardening tests.
+ * starts matching), 410 Expired after compaction, gzip above 128 KiB when asked, a count of the body bytes
+ * each response put on the wire, and fault injection for client hardening tests (including middleboxes
+ * that cut connections or buffer whole responses).
  * Runs in-process on node:https under both Deno and Bun (tests/support/apiserver_main.ts runs it as a process).
  *
  *   const srv = await startTestApiserver({ bookmarkIntervalMs: 100 });
@@ -74,6 +76,10 @@ export interface RecordedRequest {
   query: string;
   status: number;
   watch: boolean;
+  /** Body bytes sent so far (after compression), counted as they are written. */
+  bytes: number;
+  /** The body was sent gzip-compressed. */
+  gzip: boolean;
 }
 
 /** Options of writeKubeconfig. */
@@ -136,6 +142,17 @@ export interface TestApiserverFaults {
   stallWatches(): void;
   /** The next n requests get 401 (default) or 403. */
   unauthorizedNext(n: number, code?: 401 | 403): void;
+  /**
+   * A middlebox with a connection lifetime: every connection (open now or opened later) is cut (socket
+   * destroyed, no final chunk) `ms` after it opened, or after now for those already open. 0 turns it off.
+   */
+  cutConnectionsAfter(ms: number): void;
+  /**
+   * A middlebox that buffers whole responses (`on` true) or stops doing so: responses started from now on
+   * send nothing, headers included, until the server ends them; then everything at once, with a
+   * Content-Length. A watch thus arrives whole when its timeoutSeconds ends it.
+   */
+  bufferResponses(on: boolean): void;
   /** Clears every pending fault and ends endless watch lines (does not bring the server up or unstall streams). */
   clear(): void;
 }
@@ -405,7 +422,11 @@ class TestApiserverImpl implements TestApiserver {
     slowMs: 0,
     garbage: false,
     truncate: false,
+    cutAfterMs: 0,
+    buffer: false,
   };
+  /** Cut timers of the connection-lifetime middlebox, per socket. */
+  #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
   constructor(readonly certs: TestCerts, opts: TestApiserverOptions, token: string) {
     this.token = token;
@@ -471,6 +492,15 @@ class TestApiserverImpl implements TestApiserver {
       unauthorizedNext: (n, code = 401) => {
         f.unauthN = n;
         f.unauthCode = code;
+      },
+      cutConnectionsAfter: (ms) => {
+        f.cutAfterMs = ms;
+        for (const t of this.#cuts.values()) clearTimeout(t);
+        this.#cuts.clear();
+        if (ms > 0) { for (const sock of this.#sockets) this.#scheduleCut(sock); }
+      },
+      bufferResponses: (on) => {
+        f.buffer = on;
       },
       clear: () => {
         Object.assign(f, {
@@ -600,7 +630,77 @@ class TestApiserverImpl implements TestApiserver {
   #track(s: Socket): void {
     if (this.#sockets.has(s)) return;
     this.#sockets.add(s);
-    s.once("close", () => this.#sockets.delete(s));
+    if (this.#f.cutAfterMs > 0) this.#scheduleCut(s);
+    s.once("close", () => {
+      this.#sockets.delete(s);
+      clearTimeout(this.#cuts.get(s));
+      this.#cuts.delete(s);
+    });
+  }
+
+  #scheduleCut(s: Socket): void {
+    clearTimeout(this.#cuts.get(s));
+    this.#cuts.set(
+      s,
+      setTimeout(() => {
+        this.#cuts.delete(s);
+        s.destroy();
+      }, this.#f.cutAfterMs),
+    );
+  }
+
+  /**
+   * Counts the body bytes of `res` into `rec` as they are written and, with bufferResponses on, holds the
+   * whole response (headers included) until it ends, as a buffering proxy does.
+   */
+  #instrument(res: ServerResponse, rec: RecordedRequest): void {
+    const size = (c: unknown) =>
+      typeof c === "string" ? new TextEncoder().encode(c).length : (c as Uint8Array | undefined)?.length ?? 0;
+    const write = res.write.bind(res) as (c: unknown, cb?: () => void) => boolean;
+    const end = res.end.bind(res) as (c?: unknown, cb?: () => void) => ServerResponse;
+    const writeHead = res.writeHead.bind(res) as (code: number, h?: Record<string, string>) => ServerResponse;
+    const r = res as unknown as Record<string, unknown>;
+    const callback = (args: unknown[]) =>
+      args.find((a) => typeof a === "function") as (() => void) | undefined;
+    if (!this.#f.buffer) {
+      r.write = (c: unknown, ...rest: unknown[]) => {
+        rec.bytes += size(c);
+        return write(c, callback(rest));
+      };
+      r.end = (c?: unknown, ...rest: unknown[]) => {
+        if (typeof c === "function") return end(c);
+        rec.bytes += size(c);
+        return end(c, callback(rest));
+      };
+      return;
+    }
+    let head: { code: number; headers: Record<string, string> } = { code: 200, headers: {} };
+    const held: Uint8Array[] = [];
+    const hold = (c: unknown) => {
+      if (c === undefined || c === null || typeof c === "function") return;
+      held.push(typeof c === "string" ? new TextEncoder().encode(c) : new Uint8Array(c as Uint8Array));
+    };
+    r.writeHead = (code: number, headers: Record<string, string> = {}) => {
+      head = { code, headers };
+      return res;
+    };
+    r.flushHeaders = () => {};
+    r.write = (c: unknown, ...rest: unknown[]) => {
+      hold(c);
+      const cb = callback(rest);
+      if (cb) queueMicrotask(cb);
+      return true;
+    };
+    r.end = (c?: unknown, ...rest: unknown[]) => {
+      hold(c);
+      const body = concat(held);
+      const headers = Object.fromEntries(
+        Object.entries(head.headers).filter(([k]) => !/^(transfer-encoding|content-length)$/i.test(k)),
+      );
+      rec.bytes += body.length;
+      writeHead(head.code, { ...headers, "Content-Length": String(body.length) });
+      return end(body, callback(typeof c === "function" ? [c] : rest));
+    };
   }
 
   async #down(): Promise<void> {
@@ -618,7 +718,15 @@ class TestApiserverImpl implements TestApiserver {
 
   #record(req: IncomingMessage, watch: boolean): RecordedRequest {
     const u = new URL(req.url ?? "/", "https://127.0.0.1");
-    const r = { method: req.method ?? "GET", path: u.pathname, query: u.search.slice(1), status: 0, watch };
+    const r = {
+      method: req.method ?? "GET",
+      path: u.pathname,
+      query: u.search.slice(1),
+      status: 0,
+      watch,
+      bytes: 0,
+      gzip: false,
+    };
     this.requests.push(r);
     return r;
   }
@@ -638,6 +746,7 @@ class TestApiserverImpl implements TestApiserver {
     if (bytes.length > GZIP_THRESHOLD && /\bgzip\b/.test(accept)) {
       bytes = gzipSync(bytes);
       extra["Content-Encoding"] = "gzip";
+      if (rec) rec.gzip = true;
     }
     if (rec) rec.status = code;
     res.writeHead(code, {
@@ -679,6 +788,7 @@ class TestApiserverImpl implements TestApiserver {
     const watchRaw = q.get("watch");
     const looksWatch = watchRaw !== null && ["1", "t", "T", "TRUE", "true", "True"].includes(watchRaw);
     const rec = this.#record(req, looksWatch);
+    this.#instrument(res, rec);
     const f = this.#f;
     if (f.slowMs > 0) await new Promise((r) => setTimeout(r, f.slowMs));
     if (res.destroyed || req.socket.destroyed) return;

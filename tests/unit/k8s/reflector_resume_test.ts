@@ -372,7 +372,7 @@ describe("reflector: size limits", () => {
       await p.synced;
       assert.deepEqual([...rec.keys], ["default/a"]);
       assert.deepEqual(log.lines.filter((l) => l.startsWith("W ")), [
-        "W poll services failed: GET services (list): response body is larger than the limit of 1 MiB; " +
+        "W list services failed: GET services (list): response body is larger than the limit of 1 MiB; " +
         "dropped it; retrying in 50ms",
       ]);
     } finally {

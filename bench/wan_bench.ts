@@ -1,0 +1,255 @@
+/**
+ * What `--api-mode` costs on the node's link and on the control plane, in steady state: bytes received per
+ * node per hour at N Services with one change per minute, for watch mode, the poll mode before bounded
+ * watches (a full paginated LIST of each resource every interval; reproduced here, it is no longer a
+ * product mode) and the poll mode of today (bounded watches); then a simulated fleet (many sources in
+ * one process against one test apiserver) with the requests/s and bytes/s the apiserver serves.
+ *
+ *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
+ *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet]
+ *
+ * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
+ * and each node holds 3 watches open).
+ *
+ * Each figure is measured over one window of `--window` seconds after the first sync has settled, with
+ * one change (an EndpointSlice update) in the middle of it, and scaled to an hour (× 3600 / window): the
+ * run is shorter than an hour, the rate is extrapolated. Bytes are response bodies as the apiserver wrote
+ * them (after gzip), counted by the test apiserver, and the same plus an estimate of the response headers
+ * ({@link HEADER_BYTES} per request; TLS framing not included); the client's own count of body bytes
+ * received (ApiTransport.bytesReceived, wire and decoded) is printed beside them. The test apiserver sends a
+ * bookmark every 60 s on watches that ask for them, like a real one.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startTestApiserver, type TestApiserver } from "../tests/support/apiserver.ts";
+import { loadRestConfig } from "../lib/k8s/kubeconfig.ts";
+import { ApiTransport, listAll } from "../lib/k8s/transport.ts";
+import { ENDPOINTSLICES_RESOURCE, nodeResource, SERVICES_RESOURCE } from "../lib/k8s/resource.ts";
+import { startApiserverSource } from "../lib/source/apiserver.ts";
+import type { ProxyHandlers } from "../lib/proxy/handlers.ts";
+import type { RestConfig } from "../lib/k8s/rest_config.ts";
+import { syntheticCluster } from "./synthetic_cluster.ts";
+
+type Mode = "watch" | "poll-list" | "poll";
+const MODES: Mode[] = ["watch", "poll-list", "poll"];
+const NODE = "bench-node";
+
+const args = new Map(
+  process.argv.slice(2).filter((a) => a.startsWith("--")).map((a) => {
+    const [k, v] = a.slice(2).split("=");
+    return [k, v ?? "true"] as const;
+  }),
+);
+const num = (k: string, d: number) => Number(args.get(k) ?? d);
+const sizes = (args.get("sizes") ?? "1000,10000").split(",").map(Number);
+const windowS = num("window", 60);
+const intervalMs = num("interval", 10) * 1000;
+const fleet = num("fleet", 200);
+const fleetServices = num("fleet-services", 100);
+const fleetWindowS = num("fleet-window", 60);
+const only = new Set((args.get("only") ?? "node,fleet").split(","));
+
+const noop = () => {};
+const handlers: ProxyHandlers = {
+  onServiceAdd: noop,
+  onServiceUpdate: noop,
+  onServiceDelete: noop,
+  onServicesSynced: noop,
+  onEndpointSliceAdd: noop,
+  onEndpointSliceUpdate: noop,
+  onEndpointSliceDelete: noop,
+  onEndpointSlicesSynced: noop,
+  onNodeAdd: noop,
+  onNodeUpdate: noop,
+  onNodeDelete: noop,
+  onNodeSynced: noop,
+};
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A test apiserver holding a synthetic cluster of `n` Services (and their slices, and the node). */
+async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestConfig; dir: string }> {
+  const srv = await startTestApiserver({ bookmarkIntervalMs: 60_000, historyLimit: 100_000 });
+  const c = syntheticCluster({ services: n, nodeName: NODE });
+  const bare = <T extends { metadata?: Record<string, unknown> }>(o: T): T => {
+    const { resourceVersion: _rv, uid: _uid, ...metadata } = o.metadata ?? {};
+    return { ...o, metadata };
+  };
+  for (const s of c.services) srv.create("services", bare(s));
+  for (const s of c.endpointSlices) srv.create("endpointslices", bare(s));
+  srv.create("nodes", bare(c.node));
+  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-wan-"));
+  await srv.writeKubeconfig(join(dir, "kubeconfig"));
+  const config = await loadRestConfig({ kubeconfig: join(dir, "kubeconfig"), env: {} });
+  return { srv, config, dir };
+}
+
+/** One node's apiserver client in `mode`; resolves once synced. */
+async function startClient(mode: Mode, config: RestConfig) {
+  const transport = new ApiTransport({ config, qps: -1 });
+  if (mode !== "poll-list") {
+    const src = startApiserverSource({
+      connection: transport,
+      nodeName: NODE,
+      handlers,
+      mode,
+      pollIntervalMs: intervalMs,
+    });
+    await src.synced;
+    return {
+      transport,
+      stop: async () => {
+        await src.stop();
+        transport.close();
+      },
+    };
+  }
+  // The poll mode before bounded watches: every interval, a complete paginated LIST of each resource.
+  const stop = new AbortController();
+  const specs = [SERVICES_RESOURCE, ENDPOINTSLICES_RESOURCE, nodeResource(NODE)];
+  const round = () =>
+    Promise.all(specs.map((s) =>
+      listAll(transport, {
+        path: s.path,
+        resource: s.resource,
+        labelSelector: s.labelSelector,
+        fieldSelector: s.fieldSelector,
+        signal: stop.signal,
+      })
+    ));
+  await round();
+  const loop = (async () => {
+    while (!stop.signal.aborted) {
+      await pause(intervalMs);
+      if (!stop.signal.aborted) await round().catch(noop);
+    }
+  })();
+  return {
+    transport,
+    stop: async () => {
+      stop.abort();
+      await loop;
+      transport.close();
+    },
+  };
+}
+
+/**
+ * Response headers of a real apiserver (status line, Audit-Id, Cache-Control, Content-Type, Date, the two
+ * X-Kubernetes-Pf-* UIDs, Transfer-Encoding or Content-Length): about 350 bytes. An estimate, added per
+ * request to the measured bodies, because neither runtime's node:https counts socket bytes reliably.
+ */
+const HEADER_BYTES = 350;
+
+/** Body bytes the apiserver has written so far, the same plus estimated headers, and requests served. */
+function served(srv: TestApiserver): { bytes: number; tcp: number; requests: number } {
+  let bytes = 0;
+  for (const r of srv.requests) bytes += r.bytes;
+  return { bytes, tcp: bytes + HEADER_BYTES * srv.requests.length, requests: srv.requests.length };
+}
+
+let changes = 0;
+/** Updates one EndpointSlice (a new endpoint address, never the same twice), as a rollout would. */
+function change(srv: TestApiserver): void {
+  const i = ++changes;
+  const slices = srv.list("endpointslices");
+  const s = structuredClone(slices[i % slices.length]) as { endpoints?: Array<{ addresses: string[] }> };
+  if (s.endpoints?.[0]) s.endpoints[0].addresses = [`10.255.${(i >> 8) & 255}.${i & 255}`];
+  srv.update("endpointslices", s);
+}
+
+const mib = (b: number) => (b / 1024 / 1024).toFixed(2);
+
+async function nodeFigures(): Promise<void> {
+  console.log(
+    `\n## Bytes per node per hour (window ${windowS} s, 1 change per minute, poll interval ${
+      intervalMs / 1000
+    } s)`,
+  );
+  console.log(
+    "| Services | mode | body MiB/h | × watch | with headers MiB/h (est.) | × watch | client wire MiB/h | " +
+      "decoded MiB/h | requests/h |",
+  );
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  for (const n of sizes) {
+    const { srv, config, dir } = await cluster(n);
+    let watchBytes = 0;
+    let watchTcp = 0;
+    try {
+      for (const mode of MODES) {
+        const c = await startClient(mode, config);
+        await pause(2000); // settle: the first sync's watches are open
+        const s0 = served(srv);
+        const w0 = c.transport.bytesReceived;
+        // One change per minute of window (at least one), each in the middle of its minute.
+        const changes = Math.max(1, Math.round(windowS / 60));
+        const stepMs = (windowS * 1000) / changes;
+        for (let i = 0; i < changes; i++) {
+          await pause(stepMs / 2);
+          change(srv);
+          await pause(stepMs / 2);
+        }
+        const s1 = served(srv);
+        const w1 = c.transport.bytesReceived;
+        await c.stop();
+        const scale = 3600 / windowS;
+        const bytes = (s1.bytes - s0.bytes) * scale;
+        const tcp = (s1.tcp - s0.tcp) * scale;
+        if (mode === "watch") [watchBytes, watchTcp] = [bytes, tcp];
+        console.log(
+          `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(tcp)} | ${
+            (tcp / watchTcp).toFixed(2)
+          } | ${mib((w1.wire - w0.wire) * scale)} | ${mib((w1.decoded - w0.decoded) * scale)} | ${
+            Math.round((s1.requests - s0.requests) * scale)
+          } |`,
+        );
+      }
+    } finally {
+      await srv.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+}
+
+async function fleetFigures(): Promise<void> {
+  console.log(
+    `\n## Fleet: ${fleet} nodes in one process, ${fleetServices} Services, window ${fleetWindowS} s, ` +
+      `1 change per minute`,
+  );
+  console.log("| mode | requests/s served | body KiB/s served | with headers KiB/s (est.) | open watches |");
+  console.log("| ---- | ----------------- | ----------------- | ------------------------- | ------------ |");
+  const { srv, config, dir } = await cluster(fleetServices);
+  try {
+    for (const mode of MODES) {
+      const clients = [];
+      for (let i = 0; i < fleet; i += 20) {
+        clients.push(
+          ...await Promise.all(
+            Array.from({ length: Math.min(20, fleet - i) }, () => startClient(mode, config)),
+          ),
+        );
+      }
+      await pause(2000);
+      const s0 = served(srv);
+      const t0 = Date.now();
+      await pause(fleetWindowS * 500);
+      change(srv);
+      await pause(fleetWindowS * 500);
+      const s1 = served(srv);
+      const secs = (Date.now() - t0) / 1000;
+      const watches = srv.activeWatches();
+      await Promise.all(clients.map((c) => c.stop()));
+      console.log(
+        `| ${mode} | ${((s1.requests - s0.requests) / secs).toFixed(1)} | ${
+          ((s1.bytes - s0.bytes) / secs / 1024).toFixed(1)
+        } | ${((s1.tcp - s0.tcp) / secs / 1024).toFixed(1)} | ${watches} |`,
+      );
+    }
+  } finally {
+    await srv.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+if (only.has("node")) await nodeFigures();
+if (only.has("fleet")) await fleetFigures();
