@@ -4,6 +4,7 @@
  */
 import type { ProxyBackend } from "../proxy/provider.ts";
 import { createIptablesBackend } from "../proxy/iptables/mode.ts";
+import { createIpvsBackend } from "../proxy/ipvs/mode.ts";
 import { createNftablesBackend } from "../proxy/nftables/mode.ts";
 import { createUserspaceBackend } from "../proxy/userspace/mode.ts";
 
@@ -12,6 +13,7 @@ export const PROXY_BACKENDS: Readonly<Record<string, () => ProxyBackend>> = Obje
   iptables: createIptablesBackend,
   nftables: () => createNftablesBackend(),
   userspace: createUserspaceBackend,
+  ipvs: () => createIpvsBackend(),
 });
 
 /**

@@ -5,7 +5,8 @@
  * decoding (lib/config/load.ts).
  *
  * Differences from upstream, on purpose:
- * - any `mode` other than "" / "iptables" / "nftables" is rejected: edgeproxy implements only those proxiers;
+ * - any `mode` other than "" / "iptables" / "nftables" / "userspace" / "ipvs" is rejected: edgeproxy implements
+ *   only those proxiers;
  * - an empty `metricsBindAddress` is accepted (the flag documents "set empty to disable");
  * - `featureGates` are checked like upstream's feature-gate registry does at start (lib/config/feature_gates.ts):
  *   unknown names and locked gates set to the other value are errors;
@@ -16,11 +17,12 @@ import { featureEnabled, featureGateWarnings, validateFeatureGates } from "./fea
 import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
+import { validateIpvsConfig } from "./validate_ipvs.ts";
 
-/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables and userspace. */
-export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace"];
+/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables, userspace and ipvs. */
+export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace", "ipvs"];
 
-/** The supported modes as one phrase for error messages ("iptables|nftables|userspace"). */
+/** The supported modes as one phrase for error messages ("iptables|nftables|userspace|ipvs"). */
 export const SUPPORTED_PROXY_MODES_TEXT = SUPPORTED_PROXY_MODES.filter((m) => m !== "").join("|");
 
 /** Local-traffic detection modes upstream accepts. */
@@ -237,6 +239,8 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
       ),
     );
   }
+
+  if (c.mode === "ipvs") errs.push(...validateIpvsConfig(c));
 
   // local traffic detection (upstream defaults an empty mode to ClusterCIDR before validating)
   if (!DETECT_LOCAL_MODES.includes(c.detectLocalMode)) {

@@ -308,16 +308,12 @@ describe("pflag errors (one line, pflag's wording)", () => {
       'invalid argument "-1s" for "--cache-start-deadline" flag: must be greater than or equal to 0',
     ],
     [
-      ["--proxy-mode=ipvs"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs")',
-    ],
-    [
       ["--proxy-mode=kernelspace"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "kernelspace")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "kernelspace")',
     ],
     [
       ["--proxy-mode=ebpf"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ebpf")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "ebpf")',
     ],
     [
       ["--userspace-portals=nat"],
@@ -340,9 +336,10 @@ describe("pflag errors (one line, pflag's wording)", () => {
       assert.ok(!m.includes("\n"));
     });
   }
-  it("the empty proxy mode and iptables are accepted", () => {
+  it("the empty proxy mode, iptables and ipvs are accepted", () => {
     assert.equal(parse(["--proxy-mode="]).state.config.mode, "");
     assert.equal(parse(["--proxy-mode=iptables"]).state.config.mode, "iptables");
+    assert.equal(parse(["--proxy-mode=ipvs"]).state.config.mode, "ipvs");
   });
 });
 

@@ -240,10 +240,10 @@ describe("--config precedence", () => {
       "invalid config /nope.yaml: file: cannot read: no such file",
     );
   });
-  it("--proxy-mode=ipvs is refused even next to --config", async () => {
+  it("--proxy-mode=kernelspace is refused even next to --config", async () => {
     assert.equal(
-      (await rejection(["--config=/c.yaml", "--proxy-mode=ipvs"], io)).message,
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs")',
+      (await rejection(["--config=/c.yaml", "--proxy-mode=kernelspace"], io)).message,
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "kernelspace")',
     );
   });
   it("--write-config-to with --config writes the file's configuration", async () => {

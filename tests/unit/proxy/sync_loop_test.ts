@@ -145,15 +145,15 @@ test("node labels and the local detection (from podCIDRs) reach the provider; a 
   });
 });
 
-test("the mode → backend factory knows iptables, nftables and userspace and names the field for anything else", () => {
-  assert.deepEqual(Object.keys(PROXY_BACKENDS), ["iptables", "nftables", "userspace"]);
+test("the mode → backend factory knows iptables, nftables, userspace and ipvs and names the field for anything else", () => {
+  assert.deepEqual(Object.keys(PROXY_BACKENDS), ["iptables", "nftables", "userspace", "ipvs"]);
   const b = backendFor("iptables");
   assert.equal(typeof b.provider, "function");
   assert.equal(typeof b.families, "function");
   assert.equal(typeof b.cleanup, "function");
   assert.throws(
-    () => backendFor("ipvs"),
-    /^Error: mode: unsupported proxy mode "ipvs" \(supported: iptables, nftables, userspace\)$/,
+    () => backendFor("kernelspace"),
+    /^Error: mode: unsupported proxy mode "kernelspace" \(supported: iptables, nftables, userspace, ipvs\)$/,
   );
   assert.throws(() => backendFor("toString"), /unsupported proxy mode "toString"/);
 });
