@@ -89,7 +89,7 @@ for (const v of VARIANTS) {
       assert.equal(r.code, 0, r.stderr);
       assert.equal(
         r.stdout,
-        `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables and userspace modes)\n`,
+        `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables, userspace and ipvs modes)\n`,
       );
       const raw = await run(v, ["-v=2", "--version=raw"], dir);
       assert.equal(raw.stdout, `${pkg.version}\n`);
