@@ -177,8 +177,10 @@ function initScript(dir: string, kernel: UmlKernel, modules: readonly string[]):
     }; do modprobe -d ${modRoot} "$m" 2>/dev/console || echo "uml: no module $m" >/dev/console; done`,
     "legacy=$(command -v xtables-legacy-multi)",
     "export UML_IPTABLES=none",
-    // The host's iptables as it is when the guest kernel runs it (its variant: nf_tables or legacy).
-    `if iptables -w 5 -t nat -S >/dev/null 2>&1; then UML_IPTABLES=$(iptables -V | grep -o 'nf_tables\\|legacy');`,
+    // The host's iptables as it is when the guest kernel runs it (its variant: nf_tables or legacy). A
+    // write proves it: listing succeeds even where the kernel lacks the IPv4 family (Debian's 7.x UML).
+    "if iptables -w 5 -t nat -N UML-PROBE >/dev/null 2>&1 && iptables -w 5 -t nat -X UML-PROBE; then",
+    "  UML_IPTABLES=$(iptables -V | grep -o 'nf_tables\\|legacy')",
     `elif [ -n "$legacy" ] && [ -e /proc/net/ip_tables_names ]; then UML_IPTABLES=legacy; for n in ${
       LEGACY_NAMES.join(" ")
     }; do p=$(command -v $n) && mount --bind "$legacy" "$p"; done; fi`,

@@ -27,6 +27,7 @@ for tool in patchelf:patchelf modprobe:kmod ipvsadm:ipvsadm ipset:ipset gcc:gcc 
   bison:bison bc:bc perl:perl xz:xz-utils; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool##*:}")
 done
+[ -e /usr/include/stdio.h ] || need+=(libc6-dev) # the UML kernel is a host program: it links against libc
 if [ "${#need[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
