@@ -4,16 +4,15 @@
  */
 import type { ProxyBackend } from "../proxy/provider.ts";
 import { createIptablesBackend } from "../proxy/iptables/mode.ts";
+import { createIpvsBackend } from "../proxy/ipvs/mode.ts";
 import { createNftablesBackend } from "../proxy/nftables/mode.ts";
 import { createUserspaceBackend } from "../proxy/userspace/mode.ts";
-import { createIpvsBackend } from "../proxy/ipvs/mode.ts";
 
 /** Every proxy mode edgeproxy implements, by its `mode` value. */
 export const PROXY_BACKENDS: Readonly<Record<string, () => ProxyBackend>> = Object.freeze({
   iptables: createIptablesBackend,
   nftables: () => createNftablesBackend(),
   userspace: createUserspaceBackend,
-  // Validation accepts ipvs with --dry-run only (lib/config/validate.ts); its cleanup runs on mode switches.
   ipvs: () => createIpvsBackend(),
 });
 

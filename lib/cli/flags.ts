@@ -22,12 +22,7 @@ import {
 import { defaultConfig, defaultOptions, PROXY_HEALTHZ_PORT, PROXY_STATUS_PORT } from "../config/defaults.ts";
 import { parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration, VModuleItem } from "../config/types.ts";
-import {
-  DRY_RUN_ONLY_PROXY_MODES,
-  portRangeProblem,
-  SUPPORTED_PROXY_MODES,
-  SUPPORTED_PROXY_MODES_TEXT,
-} from "../config/validate.ts";
+import { portRangeProblem, SUPPORTED_PROXY_MODES, SUPPORTED_PROXY_MODES_TEXT } from "../config/validate.ts";
 
 /** Settings that live only on the command line. */
 export interface CliSettings {
@@ -77,12 +72,13 @@ export const FLAG_GROUPS = [
   "Kubernetes API",
   "Node and servers",
   "iptables proxier",
+  "IPVS proxier",
   "Local traffic detection",
   "conntrack and process",
   "Feature gates",
   "Logging",
   "edgeproxy",
-  "IPVS (accepted for compatibility, no effect)",
+  "Accepted for compatibility, no effect",
 ] as const;
 
 /** A help group name. */
@@ -347,7 +343,8 @@ function logOptionFlags(fmt: "json" | "text"): FlagDef[] {
   ];
 }
 
-const IPVS = "IPVS (accepted for compatibility, no effect)" as const;
+const IPVS = "IPVS proxier" as const;
+const NO_EFFECT = "Accepted for compatibility, no effect" as const;
 
 /** Every flag edgeproxy accepts, in help order within each group. */
 export const FLAGS: readonly FlagDef[] = [
@@ -507,13 +504,13 @@ export const FLAGS: readonly FlagDef[] = [
   {
     ...base("proxy-mode", "ProxyMode", "config", {
       group: "iptables proxier",
-      usage: "Which proxy mode to use: 'iptables' (the default when empty), 'nftables', or 'userspace' (a " +
-        "round-robin proxy in the process, for nodes without kernel load balancing; see --userspace-portals).",
+      usage: "Which proxy mode to use: 'iptables' (the default when empty), 'nftables', 'ipvs' (deprecated " +
+        "upstream; prefer nftables), or 'userspace' (a round-robin proxy in the process, for nodes without " +
+        "kernel load balancing; see --userspace-portals).",
     }),
     configPath: "mode",
     set: (s, raw) => {
-      // A dry-run-only mode is refused later, by validation, unless --dry-run is given (in any order).
-      if (!SUPPORTED_PROXY_MODES.includes(raw) && !DRY_RUN_ONLY_PROXY_MODES.includes(raw)) {
+      if (!SUPPORTED_PROXY_MODES.includes(raw)) {
         throw new FlagError(
           `edgeproxy implements only --proxy-mode=${SUPPORTED_PROXY_MODES_TEXT} (got ${JSON.stringify(raw)})`,
         );
@@ -741,51 +738,43 @@ export const FLAGS: readonly FlagDef[] = [
     usage: "With --proxy-mode=userspace, how long an idle UDP session is kept open. Must be greater than 0.",
   }),
 
-  // IPVS and other accepted-but-ineffective flags
+  // IPVS mode (--proxy-mode=ipvs)
   cfg("ipvs-sync-period", "duration", "ipvs.syncPeriod", {
     group: IPVS,
     usage: "IPVS resync interval.",
-    effective: false,
   }),
   cfg("ipvs-min-sync-period", "duration", "ipvs.minSyncPeriod", {
     group: IPVS,
     usage: "Minimum period between IPVS rule resyncs.",
-    effective: false,
   }),
   cfg("ipvs-scheduler", "string", "ipvs.scheduler", {
     group: IPVS,
     usage: "The ipvs scheduler type when proxy mode is ipvs.",
-    effective: false,
   }),
   cfg("ipvs-exclude-cidrs", "strings", "ipvs.excludeCIDRs", {
     group: IPVS,
     usage:
       "A comma-separated list of CIDRs which the ipvs proxier should not touch when cleaning up IPVS rules.",
-    effective: false,
   }),
   cfg("ipvs-strict-arp", "bool", "ipvs.strictARP", {
     group: IPVS,
     usage: "Enable strict ARP by setting arp_ignore to 1 and arp_announce to 2.",
-    effective: false,
   }),
   cfg("ipvs-tcp-timeout", "duration", "ipvs.tcpTimeout", {
     group: IPVS,
     usage: "The timeout for idle IPVS TCP connections, 0 to leave as-is.",
-    effective: false,
   }),
   cfg("ipvs-tcpfin-timeout", "duration", "ipvs.tcpFinTimeout", {
     group: IPVS,
     usage: "The timeout for IPVS TCP connections after receiving a FIN packet, 0 to leave as-is.",
-    effective: false,
   }),
   cfg("ipvs-udp-timeout", "duration", "ipvs.udpTimeout", {
     group: IPVS,
     usage: "The timeout for IPVS UDP packets, 0 to leave as-is.",
-    effective: false,
   }),
   {
     ...base("proxy-port-range", "port-range", "config", {
-      group: IPVS,
+      group: NO_EFFECT,
       usage: "Previously used to configure the userspace proxy, now unused.",
       deprecated: "This flag has no effect and will be removed in a future release.",
       effective: false,

@@ -17,12 +17,7 @@ import { ConfigError, decodeConfig, readConfigFile } from "../config/load.ts";
 import { appendPortIfNeeded } from "../config/defaults.ts";
 import { type FieldError, formatFieldError } from "../config/field_error.ts";
 import type { EdgeproxyOptions, KubeProxyConfiguration } from "../config/types.ts";
-import {
-  configWarnings,
-  DRY_RUN_ONLY_PROXY_MODES,
-  SUPPORTED_PROXY_MODES_TEXT,
-  validateConfig,
-} from "../config/validate.ts";
+import { configWarnings, validateConfig } from "../config/validate.ts";
 import { KubeconfigError } from "../k8s/kubeconfig_error.ts";
 import { type FlagDef, flagForConfigPath, FLAGS, type FlagState, newFlagState } from "./flags.ts";
 import { flagDisplayName, FlagError, parseArgv, parseGoBool } from "./pflag.ts";
@@ -121,16 +116,6 @@ export async function resolveInvocation(
   // Last assignment per flag, in first-use order.
   const changed = new Map<string, Assignment>();
   for (const a of assignments) changed.set(a.flag.name, a);
-  // A dry-run-only --proxy-mode is refused here, once --dry-run (in any position) is known, even when
-  // --config makes the flag ignored: the user asked for that mode.
-  const mode = changed.get("proxy-mode")?.raw;
-  if (mode !== undefined && DRY_RUN_ONLY_PROXY_MODES.includes(mode) && !state.options.dryRun) {
-    throw new FlagError(
-      `edgeproxy implements only --proxy-mode=${SUPPORTED_PROXY_MODES_TEXT} (got ${
-        JSON.stringify(mode)
-      }; ${mode} only with --dry-run)`,
-    );
-  }
 
   const base = {
     options: state.options,
@@ -161,7 +146,7 @@ export async function resolveInvocation(
     }
     config = decoded;
     applyHostnameOverride(config, state.cli.hostnameOverride);
-    errors = validateConfig(config, { dryRun: state.options.dryRun });
+    errors = validateConfig(config);
     if (errors.length > 0) {
       const e = errors[0];
       const overridingFlag = flagForConfigPath(
@@ -184,7 +169,7 @@ export async function resolveInvocation(
       );
     }
     applyHostnameOverride(config, state.cli.hostnameOverride);
-    errors = validateConfig(config, { dryRun: state.options.dryRun });
+    errors = validateConfig(config);
     if (errors.length > 0) throw flagConfigError(errors[0], changed);
   }
   warnings.push(...configWarnings(config));

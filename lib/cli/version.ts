@@ -15,5 +15,5 @@ export const UPSTREAM_KUBE_PROXY_VERSION = "v1.34";
 
 /** The line `--version` prints (and `--help` starts with): ours and the upstream release we match. */
 export function versionLine(): string {
-  return `edgeproxy ${VERSION} (matches kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}; iptables, nftables and userspace modes)`;
+  return `edgeproxy ${VERSION} (matches kube-proxy ${UPSTREAM_KUBE_PROXY_VERSION}; iptables, nftables, userspace and ipvs modes)`;
 }

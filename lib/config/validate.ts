@@ -5,8 +5,8 @@
  * decoding (lib/config/load.ts).
  *
  * Differences from upstream, on purpose:
- * - any `mode` other than "" / "iptables" / "nftables" / "userspace" is rejected: edgeproxy implements only
- *   those proxiers ("ipvs" is accepted with --dry-run only, see DRY_RUN_ONLY_PROXY_MODES);
+ * - any `mode` other than "" / "iptables" / "nftables" / "userspace" / "ipvs" is rejected: edgeproxy implements
+ *   only those proxiers;
  * - an empty `metricsBindAddress` is accepted (the flag documents "set empty to disable");
  * - `featureGates` are checked like upstream's feature-gate registry does at start (lib/config/feature_gates.ts):
  *   unknown names and locked gates set to the other value are errors;
@@ -17,24 +17,13 @@ import { featureEnabled, featureGateWarnings, validateFeatureGates } from "./fea
 import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
+import { validateIpvsConfig } from "./validate_ipvs.ts";
 
-/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables and userspace. */
-export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace"];
+/** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables, userspace and ipvs. */
+export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace", "ipvs"];
 
-/** The supported modes as one phrase for error messages ("iptables|nftables|userspace"). */
+/** The supported modes as one phrase for error messages ("iptables|nftables|userspace|ipvs"). */
 export const SUPPORTED_PROXY_MODES_TEXT = SUPPORTED_PROXY_MODES.filter((m) => m !== "").join("|");
-
-/**
- * Modes edgeproxy computes but does not run yet: accepted with --dry-run only, which prints what they would
- * program and touches nothing.
- */
-export const DRY_RUN_ONLY_PROXY_MODES: readonly string[] = ["ipvs"];
-
-/** What validation needs from the command line besides the configuration. */
-export interface ValidateOptions {
-  /** --dry-run: the DRY_RUN_ONLY_PROXY_MODES are accepted. */
-  readonly dryRun?: boolean;
-}
 
 /** Local-traffic detection modes upstream accepts. */
 export const DETECT_LOCAL_MODES: readonly string[] = [
@@ -141,14 +130,12 @@ function validateClusterCIDR(errs: FieldError[], clusterCIDR: string): void {
  * Validates a defaulted configuration. Returns every problem found, in a stable order (the mode first,
  * then roughly the order of the v1alpha1 type); an empty list means valid.
  */
-export function validateConfig(c: KubeProxyConfiguration, opts: ValidateOptions = {}): FieldError[] {
+export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
   const errs: FieldError[] = [];
 
-  const dryRunOnly = DRY_RUN_ONLY_PROXY_MODES.includes(c.mode);
-  if (!SUPPORTED_PROXY_MODES.includes(c.mode) && !(dryRunOnly && opts.dryRun === true)) {
-    const only = dryRunOnly ? ` (${c.mode} only with --dry-run)` : "";
+  if (!SUPPORTED_PROXY_MODES.includes(c.mode)) {
     errs.push(
-      fieldError("mode", `edgeproxy implements only the ${SUPPORTED_PROXY_MODES_TEXT} modes${only}`, c.mode),
+      fieldError("mode", `edgeproxy implements only the ${SUPPORTED_PROXY_MODES_TEXT} modes`, c.mode),
     );
   }
   errs.push(...validateFeatureGates(c.featureGates));
@@ -252,6 +239,8 @@ export function validateConfig(c: KubeProxyConfiguration, opts: ValidateOptions 
       ),
     );
   }
+
+  if (c.mode === "ipvs") errs.push(...validateIpvsConfig(c));
 
   // local traffic detection (upstream defaults an empty mode to ClusterCIDR before validating)
   if (!DETECT_LOCAL_MODES.includes(c.detectLocalMode)) {

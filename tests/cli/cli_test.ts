@@ -89,7 +89,7 @@ for (const v of VARIANTS) {
       assert.equal(r.code, 0, r.stderr);
       assert.equal(
         r.stdout,
-        `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables and userspace modes)\n`,
+        `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables, userspace and ipvs modes)\n`,
       );
       const raw = await run(v, ["-v=2", "--version=raw"], dir);
       assert.equal(raw.stdout, `${pkg.version}\n`);
@@ -167,12 +167,12 @@ for (const v of VARIANTS) {
       );
     });
 
-    it("--proxy-mode=ipvs (without --dry-run) and kernelspace: exit 1 with one line", async () => {
-      for (const [mode, note] of [["ipvs", "; ipvs only with --dry-run"], ["kernelspace", ""]]) {
+    it("--proxy-mode=kernelspace (Windows) or unknown: exit 1 with one line", async () => {
+      for (const mode of ["kernelspace", "ebpf"]) {
         const r = await run(v, [`--proxy-mode=${mode}`], dir);
         assert.equal(r.code, 1);
         assert.deepEqual(errLines(r), [
-          `edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "${mode}"${note})`,
+          `edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "${mode}")`,
         ]);
       }
     });

@@ -31,7 +31,7 @@ describe("user-mode-linux guest", { skip: skip ?? false }, () => {
     assert.match(r.output, /-A -t 10\.0\.0\.1:80 -s rr/);
     assert.match(r.output, /-a -t 10\.0\.0\.1:80 -r 10\.1\.0\.1:8080 -m -w 1/);
     assert.match(r.output, /Name: KUBE-CLUSTER-IP[\s\S]*10\.0\.0\.1,tcp:80/);
-    assert.match(r.output, /iptables in the guest: (legacy|none)/);
+    assert.match(r.output, /iptables in the guest: (nf_tables|legacy|none)/);
   });
 
   it("returns the script's exit status and output, and removes its directory", async () => {

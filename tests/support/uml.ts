@@ -3,12 +3,18 @@
  * an ordinary process, with the host's root as its filesystem (hostfs). The host kernel of these machines
  * has no IPVS; the guest has, so IPVS tests run there.
  *
+ * Kernels, first found wins: $EDGEPROXY_UML_ROOT; the one tests/support/uml_kernel.sh builds from
+ * tests/support/uml_kernel.config (IPVS, ipset, iptables legacy and nf_tables, all built in); Debian's
+ * prebuilt user-mode-linux that script falls back to; Debian's user-mode-linux package.
+ *
  * Safety: every write to / inside the guest reaches the host's files. The guest therefore mounts tmpfs
  * over /run and over its private scratch directory (`$UML_SCRATCH`, also HOME and TMPDIR), loads modules
- * through a module root built in that tmpfs (modprobe -d), and, when the guest kernel has legacy
- * iptables (Debian's 6.1 UML has no IPv4 nf_tables), bind-mounts iptables' legacy binary over the
- * iptables paths inside the guest only. Debian unstable's 7.x UML has neither legacy iptables nor IPv4
- * nf_tables: there `UML_IPTABLES=none` is exported and iptables cannot be used in the guest. The only host-visible writes are the script's output and exit status, into this run's own
+ * through a module root built in that tmpfs (modprobe -d), and picks iptables: the host's own `iptables`
+ * when it works in the guest kernel (the built kernel: `UML_IPTABLES=nf_tables` or `legacy`, as the
+ * host's alternative is set); else, when the kernel has legacy iptables only (Debian's 6.1 UML), iptables'
+ * legacy binary bind-mounted over the iptables paths inside the guest only (`UML_IPTABLES=legacy`); else
+ * (Debian unstable's 7.x UML has neither) `UML_IPTABLES=none`: iptables cannot be used in the guest.
+ * The only host-visible writes are the script's output and exit status, into this run's own
  * temporary directory, which is removed afterwards. The guest always goes away: `poweroff -f` at the end,
  * SIGKILL to its process group on timeout, and on process exit.
  *
@@ -28,6 +34,8 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { sha256 } from "../../lib/util/sha256.ts";
 
 /** A user-mode-linux kernel and its modules. */
 export interface UmlKernel {
@@ -113,12 +121,27 @@ function kernelAt(binary: string, modulesRoot: string): UmlKernel | null {
   return { binary, modulesDir: join(modulesRoot, version), version };
 }
 
+/** The kernel options tests/support/uml_kernel.sh builds with. */
+export const UML_KERNEL_CONFIG: string = fileURLToPath(new URL("./uml_kernel.config", import.meta.url));
+
 /**
- * The UML kernel to use: $EDGEPROXY_UML_ROOT or /opt/edgeproxy-uml (tests/support/uml_kernel.sh installs
- * one that boots on AMX hosts there), else Debian's user-mode-linux package. Null when none is installed.
+ * Where tests/support/uml_kernel.sh puts the kernel it builds from `configText`:
+ * /opt/edgeproxy-uml-<first 12 hex digits of its sha256> (the script computes the same name).
+ */
+export function builtUmlKernelRoot(configText: string = readFileSync(UML_KERNEL_CONFIG, "utf8")): string {
+  const hex = Array.from(sha256(configText), (b) => b.toString(16).padStart(2, "0")).join("");
+  return `/opt/edgeproxy-uml-${hex.slice(0, 12)}`;
+}
+
+/**
+ * The UML kernel to use: $EDGEPROXY_UML_ROOT, the kernel tests/support/uml_kernel.sh builds (with IPv4
+ * iptables), /opt/edgeproxy-uml (the script's fallback: Debian's prebuilt, which boots on AMX hosts), else
+ * Debian's user-mode-linux package. Null when none is installed.
  */
 export function findUmlKernel(): UmlKernel | null {
-  const roots = [process.env.EDGEPROXY_UML_ROOT, "/opt/edgeproxy-uml"].filter((r): r is string => !!r);
+  const roots = [process.env.EDGEPROXY_UML_ROOT, builtUmlKernelRoot(), "/opt/edgeproxy-uml"].filter(
+    (r): r is string => !!r,
+  );
   for (const r of roots) {
     const k = kernelAt(join(r, "linux.uml"), join(r, "usr/lib/uml/modules"));
     if (k) return k;
@@ -154,7 +177,11 @@ function initScript(dir: string, kernel: UmlKernel, modules: readonly string[]):
     }; do modprobe -d ${modRoot} "$m" 2>/dev/console || echo "uml: no module $m" >/dev/console; done`,
     "legacy=$(command -v xtables-legacy-multi)",
     "export UML_IPTABLES=none",
-    `if [ -n "$legacy" ] && [ -e /proc/net/ip_tables_names ]; then UML_IPTABLES=legacy; for n in ${
+    // The host's iptables as it is when the guest kernel runs it (its variant: nf_tables or legacy). A
+    // write proves it: listing succeeds even where the kernel lacks the IPv4 family (Debian's 7.x UML).
+    "if iptables -w 5 -t nat -N UML-PROBE >/dev/null 2>&1 && iptables -w 5 -t nat -X UML-PROBE; then",
+    "  UML_IPTABLES=$(iptables -V | grep -o 'nf_tables\\|legacy')",
+    `elif [ -n "$legacy" ] && [ -e /proc/net/ip_tables_names ]; then UML_IPTABLES=legacy; for n in ${
       LEGACY_NAMES.join(" ")
     }; do p=$(command -v $n) && mount --bind "$legacy" "$p"; done; fi`,
     "ip link set lo up",

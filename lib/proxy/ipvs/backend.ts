@@ -187,7 +187,6 @@ export class IpvsBackend implements Provider {
   async checkDrift(): Promise<string | null> {
     const last = this.#last;
     if (last === null) return null;
-    await this.#deleteDrained();
     const current = parseIpvsadmSave(await this.#o.host.ipvsSave());
     for (const [key, vs] of last.virtualServers) {
       const have = current.get(key);
@@ -201,6 +200,9 @@ export class IpvsBackend implements Provider {
     }
     const bound = new Set(await this.#o.host.dummyAddresses(this.#o.family));
     for (const a of last.bindAddresses) if (!bound.has(a)) return `${a} is missing from kube-ipvs0`;
+    // Only now: listing a draining real server's virtual server fails when someone deleted it, and that
+    // failure must not hide the drift the full sync repairs.
+    await this.#deleteDrained();
     return null;
   }
 }

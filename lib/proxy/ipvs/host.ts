@@ -79,7 +79,14 @@ export function createIpvsHost(): IpvsHost {
     },
     async ensureDummy() {
       const r = await runInProcessGroup([ip, "link", "show", dev], { timeoutMs: TIMEOUT_MS });
-      if (r.code !== 0) await run([ip, "link", "add", dev, "type", "dummy"]);
+      if (r.code === 0) return;
+      // The other family's provider, syncing at the same time, may have created it in between.
+      const add = await runInProcessGroup([ip, "link", "add", dev, "type", "dummy"], {
+        timeoutMs: TIMEOUT_MS,
+      });
+      if (add.code !== 0 && !/File exists/.test(add.stderr)) {
+        throw new Error(`${ip} link add ${dev} type dummy: ${add.stderr.trim() || add.exit}`);
+      }
     },
     async dummyAddresses(family) {
       const text = await run([ip, "-o", family === "IPv6" ? "-6" : "-4", "addr", "show", "dev", dev]);

@@ -309,11 +309,11 @@ describe("pflag errors (one line, pflag's wording)", () => {
     ],
     [
       ["--proxy-mode=kernelspace"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "kernelspace")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "kernelspace")',
     ],
     [
       ["--proxy-mode=ebpf"],
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ebpf")',
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "ebpf")',
     ],
     [
       ["--userspace-portals=nat"],
@@ -336,12 +336,10 @@ describe("pflag errors (one line, pflag's wording)", () => {
       assert.ok(!m.includes("\n"));
     });
   }
-  it("ipvs parses (validation refuses it unless --dry-run is given: resolve_test)", () => {
-    assert.equal(parse(["--proxy-mode=ipvs"]).state.config.mode, "ipvs");
-  });
-  it("the empty proxy mode and iptables are accepted", () => {
+  it("the empty proxy mode, iptables and ipvs are accepted", () => {
     assert.equal(parse(["--proxy-mode="]).state.config.mode, "");
     assert.equal(parse(["--proxy-mode=iptables"]).state.config.mode, "iptables");
+    assert.equal(parse(["--proxy-mode=ipvs"]).state.config.mode, "ipvs");
   });
 });
 

@@ -54,7 +54,7 @@ describe("version", () => {
     assert.equal(VERSION, pkg.version);
     assert.equal(
       versionLine(),
-      `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables and userspace modes)`,
+      `edgeproxy ${pkg.version} (matches kube-proxy v1.34; iptables, nftables, userspace and ipvs modes)`,
     );
   });
   it("--version and --help name the upstream kube-proxy release whose behaviour is matched", () => {

@@ -240,30 +240,10 @@ describe("--config precedence", () => {
       "invalid config /nope.yaml: file: cannot read: no such file",
     );
   });
-  it("--proxy-mode=ipvs is refused even next to --config, naming --dry-run", async () => {
+  it("--proxy-mode=kernelspace is refused even next to --config", async () => {
     assert.equal(
-      (await rejection(["--config=/c.yaml", "--proxy-mode=ipvs"], io)).message,
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs"; ipvs only with --dry-run)',
-    );
-    assert.equal(
-      (await rejection(["--proxy-mode=ipvs"], io)).message,
-      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace (got "ipvs"; ipvs only with --dry-run)',
-    );
-  });
-  it("--proxy-mode=ipvs is accepted with --dry-run, before or after it", async () => {
-    for (const argv of [["--proxy-mode=ipvs", "--dry-run"], ["--dry-run", "--proxy-mode=ipvs"]]) {
-      const inv = await resolveInvocation(argv, io);
-      assert.equal(inv.config.mode, "ipvs");
-      assert.equal(inv.options.dryRun, true);
-    }
-  });
-  it("a file's mode: ipvs is accepted with --dry-run only", async () => {
-    const ipvs = files({ "/ipvs.yaml": HEAD + "mode: ipvs\n" });
-    assert.equal((await resolveInvocation(["--config=/ipvs.yaml", "--dry-run"], ipvs)).config.mode, "ipvs");
-    assert.equal(
-      (await rejection(["--config=/ipvs.yaml"], ipvs)).message,
-      "invalid config /ipvs.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes " +
-        '(ipvs only with --dry-run) (got "ipvs")',
+      (await rejection(["--config=/c.yaml", "--proxy-mode=kernelspace"], io)).message,
+      'edgeproxy implements only --proxy-mode=iptables|nftables|userspace|ipvs (got "kernelspace")',
     );
   });
   it("--write-config-to with --config writes the file's configuration", async () => {

@@ -143,14 +143,14 @@ const BAD: Array<[string, string, string]> = [
     "invalid config kp.yaml: nodePortAddresses[1]: can't use both 'primary' and CIDRs (got \"primary\")",
   ],
   [
-    "non-iptables mode",
-    HEAD + "mode: ipvs\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes (ipvs only with --dry-run) (got "ipvs")',
+    "Windows mode",
+    HEAD + "mode: kernelspace\n",
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace|ipvs modes (got "kernelspace")',
   ],
   [
     "unknown mode",
     HEAD + "mode: ebpf\n",
-    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace modes (got "ebpf")',
+    'invalid config kp.yaml: mode: edgeproxy implements only the iptables|nftables|userspace|ipvs modes (got "ebpf")',
   ],
   [
     "unknown detectLocalMode",
