@@ -155,6 +155,7 @@ describe(
           endpoints: pods.map((p) => ({ ip: p.ip, nodeName: c.nodeName })),
         });
       const lags: number[] = [];
+      const followed: number[] = [];
 
       await pause(offsets[0]);
       let t0 = Date.now();
@@ -170,6 +171,7 @@ describe(
       c.apiserver.create("endpointslices", slice([p1]));
       lags.push(await inKernel(ip, [p1], t0, `Service ${name} added`));
       await trafficFollows(c.client, ip, 80, [p1]);
+      followed.push(Date.now() - t0);
       await trafficFollows(c.client, A.nodeIP, nodePort, [p1]);
 
       await pause(offsets[1]);
@@ -177,13 +179,18 @@ describe(
       c.apiserver.update("endpointslices", slice([p1, p2]));
       lags.push(await inKernel(ip, [p1, p2], t0, `endpoint ${p2.ip} added to ${name}`));
       await trafficFollows(c.client, ip, 80, [p1, p2]);
+      followed.push(Date.now() - t0);
 
       await pause(offsets[2]);
       t0 = Date.now();
       c.apiserver.update("endpointslices", slice([p2]));
       lags.push(await inKernel(ip, [p2], t0, `endpoint ${p1.ip} removed from ${name}`));
       await trafficFollows(c.client, ip, 80, [p2]);
+      followed.push(Date.now() - t0);
       await trafficFollows(c.client, A.nodeIP, nodePort, [p2]);
+      console.log(
+        `${name}: change → ClusterIP traffic follows (ms, incl. echo client start): ${followed.join(", ")}`,
+      );
       return lags;
     }
 
