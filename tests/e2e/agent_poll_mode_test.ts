@@ -20,13 +20,13 @@ import {
   createE2eCluster,
   E2E_ADDRS as A,
   type E2eCluster,
+  type E2ePod,
   e2eUnavailableReason,
 } from "../support/e2e_cluster.ts";
 import { e2eEndpointSlice, e2eService } from "../support/e2e_objects.ts";
 import { natServiceTargets } from "../support/e2e_nat.ts";
 import { pollUntil } from "../support/e2e_poll.ts";
 import type { EchoResult } from "../support/echo_server.ts";
-import type { E2ePod } from "../support/e2e_cluster.ts";
 import type { RecordedRequest } from "../support/apiserver.ts";
 import type { Netns } from "../support/netns.ts";
 
