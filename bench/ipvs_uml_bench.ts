@@ -46,16 +46,18 @@ for (const n of sizes) {
 
 const cell = (x: number | string | undefined) => (x === undefined ? "–" : String(x));
 console.log(
-  "\n| mode | Services | service ports | first sync ms | change median ms | change max ms | unchanged resync ms | ipvsadm / ipset lines per change |",
+  "\n| mode | Services | service ports | first sync ms | first sync bytes | change median ms | change max ms | bytes per change | unchanged resync ms | ipvsadm / ipset lines per change |",
 );
-console.log("|---|---|---|---|---|---|---|---|");
+console.log("|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   const writes = r.mode === "ipvs"
     ? `${cell(r.change_ipvsadm_lines_max)} / ${cell(r.change_ipset_lines_max)}`
     : "–";
   console.log(
     `| ${r.mode} | ${r.services} | ${cell(r.service_ports)} | ${cell(r.first_sync_ms)} | ${
-      cell(r.one_endpoint_change_median_ms)
-    } | ${cell(r.one_endpoint_change_max_ms)} | ${cell(r.unchanged_resync_ms)} | ${writes} |`,
+      cell(r.first_sync_bytes)
+    } | ${cell(r.one_endpoint_change_median_ms)} | ${cell(r.one_endpoint_change_max_ms)} | ${
+      cell(r.change_bytes_max)
+    } | ${cell(r.unchanged_resync_ms)} | ${writes} |`,
   );
 }

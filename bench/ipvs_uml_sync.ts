@@ -93,8 +93,9 @@ const figure = (name: string, value: number) => console.log(`FIGURE ${name} ${Ma
 
 figure("service_ports", model.services.size);
 let t = performance.now();
-await provider.sync(state(new Set()), { full: true });
+const first = await provider.sync(state(new Set()), { full: true });
 figure("first_sync_ms", performance.now() - t);
+figure("first_sync_bytes", first.bytes);
 if (mode === "ipvs") {
   figure("first_sync_ipvsadm_lines", writes.ipvsadm);
   figure("first_sync_ipset_lines", writes.ipset);
@@ -103,19 +104,24 @@ if (mode === "ipvs") {
 // One-endpoint changes of a plain ClusterIP service (one port): a partial sync each, as the loop does.
 const base = plainServiceIndex(cluster);
 const times: number[] = [];
+const bytes: number[] = [];
 const perChange: { ipvsadm: number; ipset: number; dummy: number }[] = [];
 for (let g = 1; g <= changes; g++) {
   model.endpointsTracker.endpointSliceUpdate(oneEndpointChange(cluster, base, g), false);
   resetWrites();
   t = performance.now();
   const changed = model.endpoints.apply(model.endpointsTracker).updatedServices;
-  await provider.sync(state(changed), { full: false });
+  const out = await provider.sync(state(changed), { full: false });
   times.push(performance.now() - t);
+  bytes.push(out.bytes);
   perChange.push({ ...writes });
 }
 const s = summarize(times);
 figure("one_endpoint_change_median_ms", s.median);
 figure("one_endpoint_change_max_ms", Math.max(...times));
+// What the mode wrote for a change (its SyncOutcome.bytes: restore payload / nft transaction / ipvs mode's
+// iptables payload + ipset + ipvsadm lines).
+figure("change_bytes_max", Math.max(...bytes));
 if (mode === "ipvs") {
   // A one-endpoint change: the new real server added, the old one set to weight 0 (graceful termination)
   // or deleted, nothing else: a handful of lines whatever the cluster size.
