@@ -35,8 +35,8 @@ if (!["ipvs", "iptables", "nftables"].includes(mode) || !(n > 0) || !(changes > 
   process.exit(2);
 }
 
-/** What the IPVS host was asked to write since the last reset. */
-const writes = { ipvsadm: 0, ipset: 0, dummy: 0 };
+/** What the IPVS host was asked to write since the last reset, and the time its address listing took. */
+const writes = { ipvsadm: 0, ipset: 0, dummy: 0, listMs: 0 };
 function countingHost(h: IpvsHost): IpvsHost {
   return {
     ...h,
@@ -48,13 +48,19 @@ function countingHost(h: IpvsHost): IpvsHost {
       writes.ipset += text.split("\n").filter((l) => l.trim() !== "").length;
       return h.ipsetRestore(text);
     },
+    nodeAddresses: async (family) => {
+      const t = performance.now();
+      const r = await h.nodeAddresses(family);
+      writes.listMs += performance.now() - t;
+      return r;
+    },
     changeDummyAddresses: (add, del) => {
       writes.dummy += add.length + del.length;
       return h.changeDummyAddresses(add, del);
     },
   };
 }
-const resetWrites = () => Object.assign(writes, { ipvsadm: 0, ipset: 0, dummy: 0 });
+const resetWrites = () => Object.assign(writes, { ipvsadm: 0, ipset: 0, dummy: 0, listMs: 0 });
 
 const NODE_IP = "192.0.2.10";
 const config = { ...defaultConfig(), mode, clusterCIDR: BENCH_CLUSTER_CIDR };
@@ -105,7 +111,7 @@ if (mode === "ipvs") {
 const base = plainServiceIndex(cluster);
 const times: number[] = [];
 const bytes: number[] = [];
-const perChange: { ipvsadm: number; ipset: number; dummy: number }[] = [];
+const perChange: (typeof writes)[] = [];
 for (let g = 1; g <= changes; g++) {
   model.endpointsTracker.endpointSliceUpdate(oneEndpointChange(cluster, base, g), false);
   resetWrites();
@@ -128,6 +134,9 @@ if (mode === "ipvs") {
   figure("change_ipvsadm_lines_max", Math.max(...perChange.map((w) => w.ipvsadm)));
   figure("change_ipset_lines_max", Math.max(...perChange.map((w) => w.ipset)));
   figure("change_dummy_addresses_max", Math.max(...perChange.map((w) => w.dummy)));
+  // Part of each change's time: listing the node's addresses (`ip -o -4 addr show`, which includes every
+  // service address on kube-ipvs0), as upstream lists them on every sync.
+  figure("change_node_addresses_median_ms", summarize(perChange.map((w) => w.listMs)).median);
 }
 
 resetWrites();
