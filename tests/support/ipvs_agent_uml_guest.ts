@@ -7,7 +7,10 @@
  * ipsets; ClusterIP and NodePort round robin, TCP and UDP; masquerade of NodePort traffic and none for
  * pod-to-ClusterIP; an endpoint change as a partial sync (the removed real server takes no new
  * connections); drift repair (a deleted virtual server, also while one of its real servers drains, and a
- * ClusterIP taken off kube-ipvs0) within 2 × syncPeriod; a restart with zero failed requests; `--cleanup`.
+ * ClusterIP taken off kube-ipvs0) within 2 × syncPeriod; a LoadBalancer with loadBalancerSourceRanges (an
+ * allowed and a denied client) and externalTrafficPolicy=Local; an externalIP; internalTrafficPolicy=Local;
+ * ClientIP affinity; graceful termination (an established connection to a removed endpoint is still served
+ * while new ones go elsewhere); a restart with zero failed requests; `--cleanup`.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
