@@ -46,12 +46,14 @@ for (const n of sizes) {
 
 const cell = (x: number | string | undefined) => (x === undefined ? "–" : String(x));
 console.log(
-  "\n| mode | Services | service ports | first sync ms | first sync bytes | change median ms | change max ms | bytes per change | unchanged resync ms | ipvsadm / ipset lines per change |",
+  "\n| mode | Services | service ports | first sync ms | first sync bytes | change median ms | change max ms | bytes per change | unchanged resync ms | ipvsadm / ipset lines per change (lines on other services) |",
 );
 console.log("|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   const writes = r.mode === "ipvs"
-    ? `${cell(r.change_ipvsadm_lines_max)} / ${cell(r.change_ipset_lines_max)}`
+    ? `${cell(r.change_ipvsadm_lines_max)} / ${cell(r.change_ipset_lines_max)} (other services: ${
+      cell(r.change_ipvsadm_lines_other_services)
+    })`
     : "–";
   console.log(
     `| ${r.mode} | ${r.services} | ${cell(r.service_ports)} | ${cell(r.first_sync_ms)} | ${

@@ -37,11 +37,14 @@ if (!["ipvs", "iptables", "nftables"].includes(mode) || !(n > 0) || !(changes > 
 
 /** What the IPVS host was asked to write since the last reset, and the time its address listing took. */
 const writes = { ipvsadm: 0, ipset: 0, dummy: 0, listMs: 0 };
+/** Every `ipvsadm -R` line written, in order. */
+const ipvsadmLines: string[] = [];
 function countingHost(h: IpvsHost): IpvsHost {
   return {
     ...h,
     ipvsRestore: (lines) => {
       writes.ipvsadm += lines.length;
+      ipvsadmLines.push(...lines);
       return h.ipvsRestore(lines);
     },
     ipsetRestore: (text) => {
@@ -109,6 +112,8 @@ if (mode === "ipvs") {
 
 // One-endpoint changes of a plain ClusterIP service (one port): a partial sync each, as the loop does.
 const base = plainServiceIndex(cluster);
+const changedVS = `-t ${cluster.services[base].spec!.clusterIP}:80 `;
+const linesBefore = ipvsadmLines.length;
 const times: number[] = [];
 const bytes: number[] = [];
 const perChange: (typeof writes)[] = [];
@@ -134,6 +139,12 @@ if (mode === "ipvs") {
   figure("change_ipvsadm_lines_max", Math.max(...perChange.map((w) => w.ipvsadm)));
   figure("change_ipset_lines_max", Math.max(...perChange.map((w) => w.ipset)));
   figure("change_dummy_addresses_max", Math.max(...perChange.map((w) => w.dummy)));
+  // The check: no line of any change touched another virtual server than the changed service's.
+  const others = ipvsadmLines.slice(linesBefore).filter((l) => !l.includes(changedVS));
+  figure("change_ipvsadm_lines_other_services", others.length);
+  if (others.length > 0) {
+    console.error(`ipvs change rewrote other services: ${others.slice(0, 5).join("; ")}`);
+  }
   // Part of each change's time: listing the node's addresses (`ip -o -4 addr show`, which includes every
   // service address on kube-ipvs0), as upstream lists them on every sync.
   figure("change_node_addresses_median_ms", summarize(perChange.map((w) => w.listMs)).median);
