@@ -1,76 +1,158 @@
 /**
- * Runs inside a user-mode-linux guest (bench/ipvs_uml_bench.ts starts it): the IPVS Provider's first
- * sync of N ClusterIP+NodePort Services with 2 endpoints each against the guest's real IPVS and ipsets,
- * then a one-endpoint change, then an unchanged resync. Prints `FIGURE <name> <value>` lines. The
- * iptables payload is rendered but recorded, not applied, when the guest kernel has no IPv4 iptables.
+ * Runs inside a user-mode-linux guest (bench/ipvs_uml_bench.ts starts it, one guest per mode and size):
+ * one proxy mode's provider, built by the mode's backend as the agent builds it (lib/app/backends.ts),
+ * programs the guest kernel from the synthetic cluster of bench/synthetic_cluster.ts (through the change
+ * trackers, bench/cluster_model.ts): the first sync, then one-endpoint changes as partial syncs, then an
+ * unchanged resync. In ipvs mode every ipvsadm / ipset / kube-ipvs0 write is counted, to show that a
+ * change rewrites only the changed service. Prints `FIGURE <name> <value>` lines.
+ *   bench/ipvs_uml_sync.ts <ipvs|iptables|nftables> <services> [changes]
  */
-import { IpvsBackend } from "../lib/proxy/ipvs/backend.ts";
-import { createIpvsHost } from "../lib/proxy/ipvs/host.ts";
-import { createIptablesRunner, type IptablesRunner } from "../lib/proxy/iptables/runner.ts";
-import { newNodePortAddresses } from "../lib/proxy/nodeport_addresses.ts";
-import { ServicePortMap } from "../lib/proxy/service_change_tracker.ts";
-import { EndpointsMap } from "../lib/proxy/endpoints_change_tracker.ts";
+import process from "node:process";
+import { backendFor } from "../lib/app/backends.ts";
+import { defaultConfig } from "../lib/config/defaults.ts";
+import { createKubeProxyMetrics } from "../lib/metrics/kubeproxy.ts";
+import { Registry } from "../lib/metrics/registry.ts";
+import type { BackendContext, Provider, ProxyState } from "../lib/proxy/provider.ts";
 import { detectLocalByCIDR } from "../lib/proxy/local_detect.ts";
-import type { ProxyState } from "../lib/proxy/provider.ts";
-import { type EndpointInfo, servicePortKey } from "../lib/proxy/types.ts";
-import { makeEndpoint, makeServicePort } from "../tests/support/tracer.ts";
+import { createIpvsBackend } from "../lib/proxy/ipvs/mode.ts";
+import { createIpvsHost, type IpvsHost } from "../lib/proxy/ipvs/host.ts";
+import { syntheticCluster } from "./synthetic_cluster.ts";
+import {
+  BENCH_CLUSTER_CIDR,
+  buildClusterModel,
+  oneEndpointChange,
+  plainServiceIndex,
+} from "./cluster_model.ts";
+import { summarize } from "./stats.ts";
 
-const n = Number(process.argv[2] ?? "1000");
-const real = await createIptablesRunner({ family: "IPv4" });
-const iptables: IptablesRunner = process.env.UML_IPTABLES === "none"
-  ? {
-    ...real,
-    restore: () => Promise.resolve(),
-    save: () => Promise.resolve(""),
-    exec: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
-  }
-  : real;
-const backend = new IpvsBackend({
-  family: "IPv4",
-  nodeName: "node1",
-  host: createIpvsHost(),
-  iptables,
-  scheduler: "rr",
-  excludeCIDRs: [],
-  masqueradeAll: false,
-  masqueradeBit: 14,
-  nodePortAddresses: newNodePortAddresses("IPv4", []),
-  primaryNodeIP: () => null,
-  preferSameTrafficDistribution: true,
-  log: { info: () => {}, warn: () => {}, debug: () => {} },
-});
-const services = new ServicePortMap();
-const endpoints = new EndpointsMap();
-for (let i = 0; i < n; i++) {
-  const s = makeServicePort("bench", `svc${i}`, {
-    clusterIP: `10.96.${i >> 8}.${i & 255}`,
-    nodePort: 30000 + (i % 2000),
-  });
-  services.set(servicePortKey(s.name), s);
-  const eps: EndpointInfo[] = [
-    makeEndpoint(`10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, 8080),
-    makeEndpoint(`10.${150 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`, 8080),
-  ];
-  endpoints.set(servicePortKey(s.name), eps);
+const mode = process.argv[2] ?? "ipvs";
+const n = Number(process.argv[3] ?? "1000");
+const changes = Number(process.argv[4] ?? "5");
+if (!["ipvs", "iptables", "nftables"].includes(mode) || !(n > 0) || !(changes > 0)) {
+  console.error(
+    `ipvs_uml_sync: usage: <ipvs|iptables|nftables> <services> [changes]; got ${process.argv.slice(2)}`,
+  );
+  process.exit(2);
 }
-const state = (changed: string[]): ProxyState => ({
+
+/** What the IPVS host was asked to write since the last reset, and the time its address listing took. */
+const writes = { ipvsadm: 0, ipset: 0, dummy: 0, listMs: 0 };
+/** Every `ipvsadm -R` line written, in order. */
+const ipvsadmLines: string[] = [];
+function countingHost(h: IpvsHost): IpvsHost {
+  return {
+    ...h,
+    ipvsRestore: (lines) => {
+      writes.ipvsadm += lines.length;
+      ipvsadmLines.push(...lines);
+      return h.ipvsRestore(lines);
+    },
+    ipsetRestore: (text) => {
+      writes.ipset += text.split("\n").filter((l) => l.trim() !== "").length;
+      return h.ipsetRestore(text);
+    },
+    nodeAddresses: async (family) => {
+      const t = performance.now();
+      const r = await h.nodeAddresses(family);
+      writes.listMs += performance.now() - t;
+      return r;
+    },
+    changeDummyAddresses: (add, del) => {
+      writes.dummy += add.length + del.length;
+      return h.changeDummyAddresses(add, del);
+    },
+  };
+}
+const resetWrites = () => Object.assign(writes, { ipvsadm: 0, ipset: 0, dummy: 0, listMs: 0 });
+
+const NODE_IP = "192.0.2.10";
+const config = { ...defaultConfig(), mode, clusterCIDR: BENCH_CLUSTER_CIDR };
+const ctx: BackendContext = {
+  config,
+  dryRun: false,
+  nodeName: "bench-node",
+  log: {
+    info: () => {},
+    warn: (m) => console.error(`warn: ${m}`),
+    error: (m) => console.error(m),
+    debug: () => {},
+  },
+  metrics: createKubeProxyMetrics(new Registry(), { mode: mode as "ipvs" | "iptables" | "nftables" }),
+  out: () => {},
+  nodeIPs: () => ["127.0.0.1", NODE_IP],
+  primaryNodeIP: () => NODE_IP,
+};
+const backend = mode === "ipvs"
+  ? createIpvsBackend({ host: () => countingHost(createIpvsHost()) })
+  : backendFor(mode);
+await backend.families(ctx);
+const provider: Provider = await backend.provider("IPv4", ctx);
+
+const cluster = syntheticCluster({ services: n, nodeName: "bench-node" });
+const model = buildClusterModel(cluster);
+const state = (changed: ReadonlySet<string>): ProxyState => ({
   family: "IPv4",
-  services,
-  endpoints,
-  changedServices: new Set(changed),
-  nodeLabels: {},
-  localDetection: detectLocalByCIDR("10.100.0.0/14"),
+  services: model.services,
+  endpoints: model.endpoints,
+  changedServices: changed,
+  nodeLabels: model.nodeLabels,
+  localDetection: detectLocalByCIDR(BENCH_CLUSTER_CIDR),
 });
+const figure = (name: string, value: number) => console.log(`FIGURE ${name} ${Math.round(value * 10) / 10}`);
+
+figure("service_ports", model.services.size);
 let t = performance.now();
-await backend.sync(state([]), { full: true });
-console.log(`FIGURE first_sync_ms ${Math.round(performance.now() - t)}`);
-console.log(`FIGURE virtual_servers ${backend.lastState!.virtualServers.size}`);
-const key = servicePortKey(makeServicePort("bench", "svc7", { clusterIP: "x" }).name);
-endpoints.set(key, [makeEndpoint("10.200.0.7", 8080)]);
+const first = await provider.sync(state(new Set()), { full: true });
+figure("first_sync_ms", performance.now() - t);
+figure("first_sync_bytes", first.bytes);
+if (mode === "ipvs") {
+  figure("first_sync_ipvsadm_lines", writes.ipvsadm);
+  figure("first_sync_ipset_lines", writes.ipset);
+}
+
+// One-endpoint changes of a plain ClusterIP service (one port): a partial sync each, as the loop does.
+const base = plainServiceIndex(cluster);
+const changedVS = `-t ${cluster.services[base].spec!.clusterIP}:80 `;
+const linesBefore = ipvsadmLines.length;
+const times: number[] = [];
+const bytes: number[] = [];
+const perChange: (typeof writes)[] = [];
+for (let g = 1; g <= changes; g++) {
+  model.endpointsTracker.endpointSliceUpdate(oneEndpointChange(cluster, base, g), false);
+  resetWrites();
+  t = performance.now();
+  const changed = model.endpoints.apply(model.endpointsTracker).updatedServices;
+  const out = await provider.sync(state(changed), { full: false });
+  times.push(performance.now() - t);
+  bytes.push(out.bytes);
+  perChange.push({ ...writes });
+}
+const s = summarize(times);
+figure("one_endpoint_change_median_ms", s.median);
+figure("one_endpoint_change_max_ms", Math.max(...times));
+// What the mode wrote for a change (its SyncOutcome.bytes: restore payload / nft transaction / ipvs mode's
+// iptables payload + ipset + ipvsadm lines).
+figure("change_bytes_max", Math.max(...bytes));
+if (mode === "ipvs") {
+  // A one-endpoint change: the new real server added, the old one set to weight 0 (graceful termination)
+  // or deleted, nothing else: a handful of lines whatever the cluster size.
+  figure("change_ipvsadm_lines_max", Math.max(...perChange.map((w) => w.ipvsadm)));
+  figure("change_ipset_lines_max", Math.max(...perChange.map((w) => w.ipset)));
+  figure("change_dummy_addresses_max", Math.max(...perChange.map((w) => w.dummy)));
+  // The check: no line of any change touched another virtual server than the changed service's.
+  const others = ipvsadmLines.slice(linesBefore).filter((l) => !l.includes(changedVS));
+  figure("change_ipvsadm_lines_other_services", others.length);
+  if (others.length > 0) {
+    console.error(`ipvs change rewrote other services: ${others.slice(0, 5).join("; ")}`);
+  }
+  // Part of each change's time: listing the node's addresses (`ip -o -4 addr show`, which includes every
+  // service address on kube-ipvs0), as upstream lists them on every sync.
+  figure("change_node_addresses_median_ms", summarize(perChange.map((w) => w.listMs)).median);
+}
+
+resetWrites();
 t = performance.now();
-await backend.sync(state([key]), { full: false });
-console.log(`FIGURE one_endpoint_change_ms ${Math.round(performance.now() - t)}`);
-t = performance.now();
-await backend.sync(state([]), { full: false });
-console.log(`FIGURE unchanged_resync_ms ${Math.round(performance.now() - t)}`);
+await provider.sync(state(new Set()), { full: false });
+figure("unchanged_resync_ms", performance.now() - t);
+if (mode === "ipvs") figure("unchanged_resync_ipvsadm_lines", writes.ipvsadm);
 process.exit(0);

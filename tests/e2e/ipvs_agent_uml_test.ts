@@ -18,7 +18,7 @@ if (skip) console.log(`ipvs_agent_uml_test: skipped: ${skip}`);
 const GUEST_FILE = fileURLToPath(new URL("../support/ipvs_agent_uml_guest.ts", import.meta.url));
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 /** The `it`s of the guest file. */
-const GUEST_TESTS = 8;
+const GUEST_TESTS = 12;
 
 /** The command that runs one node:test file with this runtime (Deno: `deno test`, Bun: `bun test`). */
 function testCommand(file: string): string {
