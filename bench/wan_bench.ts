@@ -30,6 +30,7 @@ import { startApiserverSource } from "../lib/source/apiserver.ts";
 import type { ProxyHandlers } from "../lib/proxy/handlers.ts";
 import type { RestConfig } from "../lib/k8s/rest_config.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
+import { startCountingRelay } from "../tests/support/counting_relay.ts";
 
 type Mode = "watch" | "poll-list" | "poll";
 const MODES: Mode[] = ["watch", "poll-list", "poll"];
@@ -84,9 +85,16 @@ async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestCon
   return { srv, config, dir };
 }
 
-/** One node's apiserver client in `mode`; resolves once synced. */
-async function startClient(mode: Mode, config: RestConfig) {
-  const transport = new ApiTransport({ config, qps: -1 });
+/**
+ * One node's apiserver client in `mode`, behind its own counting relay (real bytes on the node's link);
+ * resolves once synced.
+ */
+async function startClient(mode: Mode, config: RestConfig, apiPort: number) {
+  const relay = await startCountingRelay(apiPort);
+  const transport = new ApiTransport({
+    config: { ...config, server: `https://127.0.0.1:${relay.port}` },
+    qps: -1,
+  });
   if (mode !== "poll-list") {
     const src = startApiserverSource({
       connection: transport,
@@ -98,9 +106,11 @@ async function startClient(mode: Mode, config: RestConfig) {
     await src.synced;
     return {
       transport,
+      relay,
       stop: async () => {
         await src.stop();
         transport.close();
+        await relay.close();
       },
     };
   }
@@ -126,10 +136,12 @@ async function startClient(mode: Mode, config: RestConfig) {
   })();
   return {
     transport,
+    relay,
     stop: async () => {
       stop.abort();
       await loop;
       transport.close();
+      await relay.close();
     },
   };
 }
@@ -140,6 +152,9 @@ async function startClient(mode: Mode, config: RestConfig) {
  * request to the measured bodies, because neither runtime's node:https counts socket bytes reliably.
  */
 const HEADER_BYTES = 350;
+
+/** The test apiserver's port. */
+const portOf = (srv: TestApiserver) => Number(new URL(srv.url).port);
 
 /** Body bytes the apiserver has written so far, the same plus estimated headers, and requests served. */
 function served(srv: TestApiserver): { bytes: number; tcp: number; requests: number } {
@@ -167,19 +182,20 @@ async function nodeFigures(): Promise<void> {
     } s)`,
   );
   console.log(
-    "| Services | mode | body MiB/h | × watch | with headers MiB/h (est.) | × watch | client wire MiB/h | " +
-      "decoded MiB/h | requests/h |",
+    "| Services | mode | body MiB/h | × watch | wire MiB/h (relay) | × watch | TCP connections/h | " +
+      "client wire body MiB/h | decoded MiB/h | requests/h |",
   );
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   for (const n of sizes) {
     const { srv, config, dir } = await cluster(n);
     let watchBytes = 0;
-    let watchTcp = 0;
+    let watchWire = 0;
     try {
       for (const mode of MODES) {
-        const c = await startClient(mode, config);
+        const c = await startClient(mode, config, portOf(srv));
         await pause(2000); // settle: the first sync's watches are open
         const s0 = served(srv);
+        const r0 = c.relay.counts();
         const w0 = c.transport.bytesReceived;
         // One change per minute of window (at least one), each in the middle of its minute.
         const changes = Math.max(1, Math.round(windowS / 60));
@@ -190,16 +206,19 @@ async function nodeFigures(): Promise<void> {
           await pause(stepMs / 2);
         }
         const s1 = served(srv);
+        const r1 = c.relay.counts();
         const w1 = c.transport.bytesReceived;
         await c.stop();
         const scale = 3600 / windowS;
         const bytes = (s1.bytes - s0.bytes) * scale;
-        const tcp = (s1.tcp - s0.tcp) * scale;
-        if (mode === "watch") [watchBytes, watchTcp] = [bytes, tcp];
+        const wire = (r1.toClient - r0.toClient) * scale;
+        if (mode === "watch") [watchBytes, watchWire] = [bytes, wire];
         console.log(
-          `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(tcp)} | ${
-            (tcp / watchTcp).toFixed(2)
-          } | ${mib((w1.wire - w0.wire) * scale)} | ${mib((w1.decoded - w0.decoded) * scale)} | ${
+          `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(wire)} | ${
+            (wire / watchWire).toFixed(2)
+          } | ${Math.round((r1.connections - r0.connections) * scale)} | ${
+            mib((w1.wire - w0.wire) * scale)
+          } | ${mib((w1.decoded - w0.decoded) * scale)} | ${
             Math.round((s1.requests - s0.requests) * scale)
           } |`,
         );
@@ -225,7 +244,7 @@ async function fleetFigures(): Promise<void> {
       for (let i = 0; i < fleet; i += 20) {
         clients.push(
           ...await Promise.all(
-            Array.from({ length: Math.min(20, fleet - i) }, () => startClient(mode, config)),
+            Array.from({ length: Math.min(20, fleet - i) }, () => startClient(mode, config, portOf(srv))),
           ),
         );
       }
