@@ -17,6 +17,7 @@
  * signed by the test CA is accepted there (Deno checks CN=system:kube-proxy).
  */
 import https from "node:https";
+import http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
@@ -67,6 +68,11 @@ export interface TestApiserverOptions {
    * cache of a real apiserver does).
    */
   expiredWatchAs?: "status" | "event";
+  /**
+   * Offer HTTP/2 by ALPN (as a real apiserver does), HTTP/1.1 still accepted (`allowHTTP1`). Default off:
+   * HTTP/1.1 only. Fault injection works in both; under HTTP/2 a dropped watch is a reset stream.
+   */
+  http2?: boolean;
 }
 
 /** One served request, in arrival order. `status` is the HTTP status sent (0 while not answered yet). */
@@ -80,6 +86,8 @@ export interface RecordedRequest {
   bytes: number;
   /** The body was sent gzip-compressed. */
   gzip: boolean;
+  /** HTTP version of the request: "1.1" or "2.0". */
+  httpVersion: string;
 }
 
 /** Options of writeKubeconfig. */
@@ -428,6 +436,9 @@ class TestApiserverImpl implements TestApiserver {
   /** Cut timers of the connection-lifetime middlebox, per socket. */
   #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
+  /** Offer HTTP/2 (TestApiserverOptions.http2). */
+  readonly #http2: boolean;
+
   constructor(readonly certs: TestCerts, opts: TestApiserverOptions, token: string) {
     this.token = token;
     this.tokenFile = join(certs.dir, "token");
@@ -436,6 +447,7 @@ class TestApiserverImpl implements TestApiserver {
     this.#bookmarkMs = opts.bookmarkIntervalMs ?? 1000;
     this.#expiredAs = opts.expiredWatchAs ?? "status";
     this.#ownsCertDir = opts.tlsDir === undefined;
+    this.#http2 = opts.http2 ?? false;
     const f = this.#f;
     this.faults = {
       dropWatches: () => {
@@ -600,20 +612,26 @@ class TestApiserverImpl implements TestApiserver {
   /** Starts listening (initially, and for faults.up()). */
   async #listen(): Promise<void> {
     if (this.#server) return;
-    const server = https.createServer({
+    const tlsOpts = {
       key: this.certs.serverKeyPem,
       cert: this.certs.serverCertPem,
       ca: this.certs.caPem,
       requestCert: true,
       rejectUnauthorized: false,
-    }, (req, res) => {
+    };
+    const handler = (req: IncomingMessage, res: ServerResponse) => {
       this.#handle(req, res).catch((err) => {
         try {
           if (!res.headersSent) this.#sendStatus(req, res, undefined, 500, `Internal error occurred: ${err}`);
           else res.destroy();
         } catch { /* the connection is already gone */ }
       });
-    });
+    };
+    // The HTTP/2 compatibility API's request and response stand in for node:http's (same members used here).
+    const server =
+      (this.#http2
+        ? http2.createSecureServer({ ...tlsOpts, allowHTTP1: true }, handler as never)
+        : https.createServer(tlsOpts, handler)) as https.Server;
     server.on("secureConnection", (s: Socket) => this.#track(s));
     server.on("connection", (s: Socket) => this.#track(s));
     await new Promise<void>((resolve, reject) => {
@@ -726,6 +744,7 @@ class TestApiserverImpl implements TestApiserver {
       watch,
       bytes: 0,
       gzip: false,
+      httpVersion: req.httpVersion,
     };
     this.requests.push(r);
     return r;
@@ -1163,7 +1182,7 @@ class TestApiserverImpl implements TestApiserver {
     res.writeHead(200, {
       "Content-Type": "application/json",
       "Cache-Control": "no-cache, private",
-      "Transfer-Encoding": "chunked",
+      ...chunked(req),
     });
     res.flushHeaders?.();
     const w: Watcher = {
@@ -1208,7 +1227,7 @@ class TestApiserverImpl implements TestApiserver {
     res.writeHead(200, {
       "Content-Type": "application/json",
       "Cache-Control": "no-cache, private",
-      "Transfer-Encoding": "chunked",
+      ...chunked(res.req),
     });
     this.#endless.add(res);
     const chunk = new TextEncoder().encode("x".repeat(64 * 1024));
@@ -1277,10 +1296,21 @@ class TestApiserverImpl implements TestApiserver {
     w.timers = [];
     if (how === "end") w.res.end();
     else if (how === "destroy") {
-      w.res.destroy();
-      w.req.socket.destroy();
+      const h2stream = (w.req as unknown as { stream?: http2.ServerHttp2Stream }).stream;
+      // Under HTTP/2 the connection carries other streams: reset this one, as a lost response would end.
+      // (destroy with an error sends RST_STREAM INTERNAL_ERROR in Bun and Deno; close(code) does not in Bun)
+      if (h2stream) h2stream.destroy(new Error("watch dropped"));
+      else {
+        w.res.destroy();
+        w.req.socket.destroy();
+      }
     }
   }
+}
+
+/** HTTP/1.1 streams name their chunked framing; HTTP/2 forbids the header (frames delimit the body). */
+function chunked(req: IncomingMessage): Record<string, string> {
+  return req.httpVersionMajor >= 2 ? {} : { "Transfer-Encoding": "chunked" };
 }
 
 function concat(chunks: Uint8Array[]): Uint8Array {

@@ -1,0 +1,173 @@
+/**
+ * The apiserver transport over HTTP/2 (lib/runtime/fetch_h2.ts): chosen by ALPN when the server offers it,
+ * one connection for lists and (bounded) watches, fewer bytes per request than HTTP/1.1, abort and dropped
+ * streams, client certificates, and HTTP/1.1 as before when the server does not offer h2.
+ */
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startTestApiserver, type TestApiserver } from "../../support/apiserver.ts";
+import { type CountingRelay, startCountingRelay } from "../../support/counting_relay.ts";
+import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
+import { ApiTransport, listAll } from "../../../lib/k8s/transport.ts";
+import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../../../lib/runtime/fetch_tls.ts";
+
+interface Setup {
+  srv: TestApiserver;
+  relay: CountingRelay;
+  dir: string;
+}
+
+async function setup(http2: boolean): Promise<Setup> {
+  const srv = await startTestApiserver({ http2, bookmarkIntervalMs: 0 });
+  srv.create("services", { metadata: { name: "a", namespace: "default" }, spec: { clusterIP: "10.0.0.1" } });
+  const relay = await startCountingRelay(Number(new URL(srv.url).port));
+  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-h2-"));
+  return { srv, relay, dir };
+}
+
+async function teardown(s: Setup): Promise<void> {
+  await s.relay.close();
+  await s.srv.close();
+  await rm(s.dir, { recursive: true, force: true });
+}
+
+/** A transport through the relay, authenticated with `user`; also returns the fetch it made. */
+async function transport(s: Setup, user: "token" | "clientCert" = "token") {
+  const kc = join(s.dir, `kubeconfig-${user}`);
+  await s.srv.writeKubeconfig(kc, { user, server: `https://127.0.0.1:${s.relay.port}` });
+  const config = await loadRestConfig({ kubeconfig: kc, env: {} });
+  const made: TlsFetch[] = [];
+  const t = new ApiTransport({
+    config,
+    qps: -1,
+    fetchFactory: (o: TlsFetchOptions) => {
+      const f = createTlsFetch(o);
+      made.push(f);
+      return f;
+    },
+  });
+  return { t, made };
+}
+
+/** n bounded watches one after the other (each ends by its timeoutSeconds), as poll mode makes them. */
+async function boundedWatches(t: ApiTransport, rv: string, n: number): Promise<string[]> {
+  const bodies: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const res = await t.openWatch({
+      path: "/api/v1/services",
+      query: { watch: "true", resourceVersion: rv, timeoutSeconds: "1", allowWatchBookmarks: "true" },
+      resource: "services",
+    });
+    bodies.push(await res.text());
+  }
+  return bodies;
+}
+
+describe("apiserver transport over HTTP/2", () => {
+  let h2: Setup;
+  let h1: Setup;
+  before(async () => {
+    h2 = await setup(true);
+    h1 = await setup(false);
+  });
+  after(async () => {
+    await teardown(h2);
+    await teardown(h1);
+  });
+
+  it("uses h2 when offered: a list and bounded watches share one TLS connection", async () => {
+    const { t, made } = await transport(h2);
+    try {
+      const before = h2.srv.requests.length;
+      const list = await listAll<{ metadata: { name: string } }>(t, {
+        path: "/api/v1/services",
+        resource: "services",
+      });
+      assert.deepEqual(list.items.map((s) => s.metadata.name), ["a"]);
+      await boundedWatches(t, list.resourceVersion, 3);
+      const reqs = h2.srv.requests.slice(before);
+      assert.equal(reqs.length, 4);
+      assert.deepEqual(reqs.map((r) => r.httpVersion), ["2.0", "2.0", "2.0", "2.0"]);
+      assert.equal(made[0].protocol, "h2");
+      assert.equal(h2.relay.counts().connections, 1);
+    } finally {
+      t.close();
+    }
+  });
+
+  it("falls back to HTTP/1.1 when the server does not offer h2, keeping the connection alive", async () => {
+    const { t, made } = await transport(h1);
+    try {
+      const c0 = h1.relay.counts().connections;
+      const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      await boundedWatches(t, list.resourceVersion, 3);
+      assert.equal(made[0].protocol, "http/1.1");
+      assert.ok(h1.srv.requests.every((r) => r.httpVersion === "1.1"));
+      // one probe connection (ALPN said http/1.1) and one kept-alive connection for all four requests
+      assert.equal(h1.relay.counts().connections - c0, 2);
+    } finally {
+      t.close();
+    }
+  });
+
+  it("receives fewer bytes per bounded watch over h2 than over HTTP/1.1", async () => {
+    const perWatch = async (s: Setup) => {
+      const { t } = await transport(s);
+      try {
+        const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+        const b0 = s.relay.counts().toClient;
+        const bodies = await boundedWatches(t, list.resourceVersion, 5);
+        assert.deepEqual(bodies, ["", "", "", "", ""]);
+        return (s.relay.counts().toClient - b0) / 5;
+      } finally {
+        t.close();
+      }
+    };
+    const over1 = await perWatch(h1);
+    const over2 = await perWatch(h2);
+    assert.ok(over2 < over1 * 0.75, `h2 ${over2} B per watch, HTTP/1.1 ${over1} B`);
+  });
+
+  it("presents the client certificate over h2", async () => {
+    const { t, made } = await transport(h2, "clientCert");
+    try {
+      const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      assert.equal(list.items.length, 1);
+      assert.equal(made[0].protocol, "h2");
+    } finally {
+      t.close();
+    }
+  });
+
+  it("aborts an open h2 watch, and a dropped watch stream errors; the connection serves on", async () => {
+    const { t } = await transport(h2);
+    try {
+      const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      const q = { watch: "true", resourceVersion: list.resourceVersion };
+      const ctl = new AbortController();
+      const res = await t.openWatch({
+        path: "/api/v1/services",
+        query: q,
+        resource: "services",
+        signal: ctl.signal,
+      });
+      const reading = res.text();
+      ctl.abort(new Error("stop watching"));
+      await assert.rejects(reading, /stop watching/);
+
+      const res2 = await t.openWatch({ path: "/api/v1/services", query: q, resource: "services" });
+      const reading2 = res2.text();
+      await new Promise((r) => setTimeout(r, 100));
+      h2.srv.faults.dropWatches();
+      await assert.rejects(reading2);
+
+      const again = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      assert.equal(again.items.length, 1);
+    } finally {
+      t.close();
+    }
+  });
+});
