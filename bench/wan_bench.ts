@@ -6,18 +6,20 @@
  * one process against one test apiserver) with the requests/s and bytes/s the apiserver serves.
  *
  *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
- *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet]
+ *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet] [--http2=false]
  *
  * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
  * and each node holds 3 watches open).
  *
  * Each figure is measured over one window of `--window` seconds after the first sync has settled, with
  * one change (an EndpointSlice update) in the middle of it, and scaled to an hour (× 3600 / window): the
- * run is shorter than an hour, the rate is extrapolated. Bytes are response bodies as the apiserver wrote
- * them (after gzip), counted by the test apiserver, and the same plus an estimate of the response headers
- * ({@link HEADER_BYTES} per request; TLS framing not included); the client's own count of body bytes
- * received (ApiTransport.bytesReceived, wire and decoded) is printed beside them. The test apiserver sends a
- * bookmark every 60 s on watches that ask for them, like a real one.
+ * run is shorter than an hour, the rate is extrapolated. Two byte counts: response bodies as the apiserver
+ * wrote them (after gzip), counted by the test apiserver; and the real bytes on the node's link, counted by
+ * a TCP relay between each node's client and the apiserver (tests/support/counting_relay.ts): TLS
+ * handshakes and records, HTTP headers and framing, bodies. New TCP connections per hour show whether
+ * connections are reused. The client's own count of body bytes received (ApiTransport.bytesReceived, wire
+ * and decoded) is printed beside them. The test apiserver offers HTTP/2 by ALPN (as a real one does) unless
+ * `--http2=false`, and sends a bookmark every 60 s on watches that ask for them, like a real one.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -50,6 +52,8 @@ const fleet = num("fleet", 200);
 const fleetServices = num("fleet-services", 100);
 const fleetWindowS = num("fleet-window", 60);
 const only = new Set((args.get("only") ?? "node,fleet").split(","));
+/** The test apiserver offers HTTP/2 by ALPN, as a real apiserver does (`--http2=false`: HTTP/1.1 only). */
+const offerHttp2 = args.get("http2") !== "false";
 
 const noop = () => {};
 const handlers: ProxyHandlers = {
@@ -70,7 +74,11 @@ const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A test apiserver holding a synthetic cluster of `n` Services (and their slices, and the node). */
 async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestConfig; dir: string }> {
-  const srv = await startTestApiserver({ bookmarkIntervalMs: 60_000, historyLimit: 100_000 });
+  const srv = await startTestApiserver({
+    bookmarkIntervalMs: 60_000,
+    historyLimit: 100_000,
+    http2: offerHttp2,
+  });
   const c = syntheticCluster({ services: n, nodeName: NODE });
   const bare = <T extends { metadata?: Record<string, unknown> }>(o: T): T => {
     const { resourceVersion: _rv, uid: _uid, ...metadata } = o.metadata ?? {};
@@ -146,21 +154,14 @@ async function startClient(mode: Mode, config: RestConfig, apiPort: number) {
   };
 }
 
-/**
- * Response headers of a real apiserver (status line, Audit-Id, Cache-Control, Content-Type, Date, the two
- * X-Kubernetes-Pf-* UIDs, Transfer-Encoding or Content-Length): about 350 bytes. An estimate, added per
- * request to the measured bodies, because neither runtime's node:https counts socket bytes reliably.
- */
-const HEADER_BYTES = 350;
-
 /** The test apiserver's port. */
 const portOf = (srv: TestApiserver) => Number(new URL(srv.url).port);
 
-/** Body bytes the apiserver has written so far, the same plus estimated headers, and requests served. */
-function served(srv: TestApiserver): { bytes: number; tcp: number; requests: number } {
+/** Body bytes the apiserver has written so far and requests served. */
+function served(srv: TestApiserver): { bytes: number; requests: number } {
   let bytes = 0;
   for (const r of srv.requests) bytes += r.bytes;
-  return { bytes, tcp: bytes + HEADER_BYTES * srv.requests.length, requests: srv.requests.length };
+  return { bytes, requests: srv.requests.length };
 }
 
 let changes = 0;
@@ -179,7 +180,7 @@ async function nodeFigures(): Promise<void> {
   console.log(
     `\n## Bytes per node per hour (window ${windowS} s, 1 change per minute, poll interval ${
       intervalMs / 1000
-    } s)`,
+    } s, server offers ${offerHttp2 ? "h2 and HTTP/1.1" : "HTTP/1.1 only"})`,
   );
   console.log(
     "| Services | mode | body MiB/h | × watch | wire MiB/h (relay) | × watch | TCP connections/h | " +
@@ -235,12 +236,12 @@ async function fleetFigures(): Promise<void> {
     `\n## Fleet: ${fleet} nodes in one process, ${fleetServices} Services, window ${fleetWindowS} s, ` +
       `1 change per minute`,
   );
-  console.log("| mode | requests/s served | body KiB/s served | with headers KiB/s (est.) | open watches |");
-  console.log("| ---- | ----------------- | ----------------- | ------------------------- | ------------ |");
+  console.log("| mode | requests/s served | body KiB/s served | wire KiB/s sent (relays) | open watches |");
+  console.log("| ---- | ----------------- | ----------------- | ------------------------ | ------------ |");
   const { srv, config, dir } = await cluster(fleetServices);
   try {
     for (const mode of MODES) {
-      const clients = [];
+      const clients: Awaited<ReturnType<typeof startClient>>[] = [];
       for (let i = 0; i < fleet; i += 20) {
         clients.push(
           ...await Promise.all(
@@ -250,18 +251,21 @@ async function fleetFigures(): Promise<void> {
       }
       await pause(2000);
       const s0 = served(srv);
+      const wire = () => clients.reduce((n, c) => n + c.relay.counts().toClient, 0);
+      const r0 = wire();
       const t0 = Date.now();
       await pause(fleetWindowS * 500);
       change(srv);
       await pause(fleetWindowS * 500);
       const s1 = served(srv);
+      const r1 = wire();
       const secs = (Date.now() - t0) / 1000;
       const watches = srv.activeWatches();
       await Promise.all(clients.map((c) => c.stop()));
       console.log(
         `| ${mode} | ${((s1.requests - s0.requests) / secs).toFixed(1)} | ${
           ((s1.bytes - s0.bytes) / secs / 1024).toFixed(1)
-        } | ${((s1.tcp - s0.tcp) / secs / 1024).toFixed(1)} | ${watches} |`,
+        } | ${((r1 - r0) / secs / 1024).toFixed(1)} | ${watches} |`,
       );
     }
   } finally {
