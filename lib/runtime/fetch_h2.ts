@@ -75,16 +75,20 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
     return p;
   };
 
-  const h2fetch = async (input: string | URL, init: RequestInit = {}): Promise<Response> => {
+  const h2fetch = async (input: string | URL, init: RequestInit = {}, retried = false): Promise<Response> => {
     const url = new URL(String(input));
     if (protocol === "http/1.1" || url.protocol !== "https:") return fallback(input, init);
     if (closed) throw new TypeError("fetch failed: client closed");
     const signal = init.signal ?? undefined;
     if (signal?.aborted) throw signal.reason ?? new DOMException("The operation was aborted.", "AbortError");
-    session ??= connect(url);
     let s: http2.ClientHttp2Session;
     try {
-      s = await session;
+      s = await (session ??= connect(url));
+      // A session the server sent GOAWAY on (or that died) takes no new streams: connect again once.
+      if (s.closed || s.destroyed) {
+        session = undefined;
+        s = await (session = connect(url));
+      }
     } catch (e) {
       if (e instanceof FallBack) return fallback(input, init);
       throw e;
@@ -95,10 +99,24 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
     };
     new Headers(init.headers).forEach((v, k) => (headers[k] = v));
     return await new Promise<Response>((resolve, reject) => {
+      // Bun leaves a session that received GOAWAY open but refuses new streams on it (at once or by a
+      // stream error): connect again, once.
+      const goneAway = (e: unknown) =>
+        !retried && (e as NodeJS.ErrnoException)?.code === "ERR_HTTP2_GOAWAY_SESSION";
+      const again = () => {
+        if (session) session = undefined;
+        s.destroy();
+        return h2fetch(input, init, true);
+      };
+      let responded = false;
       let stream: http2.ClientHttp2Stream;
       try {
         stream = s.request(headers);
       } catch (e) {
+        if (goneAway(e)) {
+          resolve(again());
+          return;
+        }
         reject(new TypeError(`fetch failed: ${(e as Error).message}`, { cause: e }));
         return;
       }
@@ -115,6 +133,10 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
       const done = () => signal?.removeEventListener("abort", onAbort);
       stream.on("error", (err) => {
         done();
+        if (!responded && goneAway(err)) {
+          resolve(again());
+          return;
+        }
         const e = signal?.aborted ? reason() : new TypeError(`fetch failed: ${err.message}`, { cause: err });
         reject(e);
         try {
@@ -122,6 +144,7 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
         } catch { /* already closed */ }
       });
       stream.once("response", (h) => {
+        responded = true;
         const status = Number(h[":status"] ?? 0);
         const respHeaders = new Headers();
         for (const [k, v] of Object.entries(h)) {

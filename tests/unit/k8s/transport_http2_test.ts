@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { startTestApiserver, type TestApiserver } from "../../support/apiserver.ts";
 import { type CountingRelay, startCountingRelay } from "../../support/counting_relay.ts";
 import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
-import { ApiTransport, listAll } from "../../../lib/k8s/transport.ts";
+import { ApiTransport, listAll, NetworkError } from "../../../lib/k8s/transport.ts";
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../../../lib/runtime/fetch_tls.ts";
 
 interface Setup {
@@ -168,6 +168,35 @@ describe("apiserver transport over HTTP/2", () => {
       assert.equal(again.items.length, 1);
     } finally {
       t.close();
+    }
+  });
+
+  it("a cut connection errors the open h2 watch, the next request connects again, a stopped server gets a new connection attempt", async () => {
+    const s = await setup(true);
+    const { t } = await transport(s);
+    try {
+      const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      const q = { watch: "true", resourceVersion: list.resourceVersion };
+      const res = await t.openWatch({ path: "/api/v1/services", query: q, resource: "services" });
+      s.srv.faults.cutConnectionsAfter(200);
+      await assert.rejects(res.text(), /closed mid-body/);
+      s.srv.faults.cutConnectionsAfter(0);
+      assert.equal((await listAll(t, { path: "/api/v1/services", resource: "services" })).items.length, 1);
+      assert.equal(s.relay.counts().connections, 2);
+
+      // the server's GOAWAY on shutdown must not leave a dead session in use: a new connection is tried
+      // (the relay accepts it and drops it, since nothing listens behind it)
+      await s.srv.faults.down();
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services" }),
+        (e) => e instanceof NetworkError && !/GOAWAY/.test(e.message),
+      );
+      assert.equal(s.relay.counts().connections, 3);
+      await s.srv.faults.up();
+      assert.equal((await listAll(t, { path: "/api/v1/services", resource: "services" })).items.length, 1);
+    } finally {
+      t.close();
+      await teardown(s);
     }
   });
 });
