@@ -23,6 +23,7 @@ import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { rm, writeFile } from "node:fs/promises";
 import { gzipSync } from "node:zlib";
+import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify as toYaml } from "yaml";
@@ -436,6 +437,8 @@ class TestApiserverImpl implements TestApiserver {
   /** Cut timers of the connection-lifetime middlebox, per socket. */
   #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
+  /** API Priority and Fairness flow schema and priority level UIDs, sent with every response. */
+  readonly #pfUids = [randomUUID(), randomUUID()];
   /** Offer HTTP/2 (TestApiserverOptions.http2). */
   readonly #http2: boolean;
 
@@ -681,14 +684,21 @@ class TestApiserverImpl implements TestApiserver {
     const callback = (args: unknown[]) =>
       args.find((a) => typeof a === "function") as (() => void) | undefined;
     if (!this.#f.buffer) {
+      // HTTP/2's compatibility response implements end(data) with write(data): count that once.
+      let ending = false;
       r.write = (c: unknown, ...rest: unknown[]) => {
-        rec.bytes += size(c);
+        if (!ending) rec.bytes += size(c);
         return write(c, callback(rest));
       };
       r.end = (c?: unknown, ...rest: unknown[]) => {
         if (typeof c === "function") return end(c);
         rec.bytes += size(c);
-        return end(c, callback(rest));
+        ending = true;
+        try {
+          return end(c, callback(rest));
+        } finally {
+          ending = false;
+        }
       };
       return;
     }
@@ -703,7 +713,9 @@ class TestApiserverImpl implements TestApiserver {
       return res;
     };
     r.flushHeaders = () => {};
+    let releasing = false;
     r.write = (c: unknown, ...rest: unknown[]) => {
+      if (releasing) return write(c, callback(rest)); // HTTP/2's end(data) writes through write()
       hold(c);
       const cb = callback(rest);
       if (cb) queueMicrotask(cb);
@@ -717,7 +729,12 @@ class TestApiserverImpl implements TestApiserver {
       );
       rec.bytes += body.length;
       writeHead(head.code, { ...headers, "Content-Length": String(body.length) });
-      return end(body, callback(typeof c === "function" ? [c] : rest));
+      releasing = true;
+      try {
+        return end(body, callback(typeof c === "function" ? [c] : rest));
+      } finally {
+        releasing = false;
+      }
     };
   }
 
@@ -808,6 +825,10 @@ class TestApiserverImpl implements TestApiserver {
     const looksWatch = watchRaw !== null && ["1", "t", "T", "TRUE", "true", "True"].includes(watchRaw);
     const rec = this.#record(req, looksWatch);
     this.#instrument(res, rec);
+    // The headers a real apiserver adds to every response (byte counts on the link depend on them).
+    res.setHeader("Audit-Id", randomUUID());
+    res.setHeader("X-Kubernetes-Pf-Flowschema-Uid", this.#pfUids[0]);
+    res.setHeader("X-Kubernetes-Pf-Prioritylevel-Uid", this.#pfUids[1]);
     const f = this.#f;
     if (f.slowMs > 0) await new Promise((r) => setTimeout(r, f.slowMs));
     if (res.destroyed || req.socket.destroyed) return;
