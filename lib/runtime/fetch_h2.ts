@@ -13,6 +13,20 @@ import type { FetchFn, TlsFetchOptions } from "./fetch_tls.ts";
 /** Stream-level receive window: a LIST page of a large cluster should not stall on 64 KiB round trips. */
 const WINDOW_BYTES = 4 * 1024 * 1024;
 
+/**
+ * Health check of an HTTP/2 connection, as client-go configures golang.org/x/net/http2 (ReadIdleTimeout 30 s,
+ * PingTimeout 15 s): after `readIdleMs` without a byte from the server a PING is sent, and the connection is
+ * closed when its answer does not come within `pingTimeoutMs`. Without it a connection that a middlebox
+ * silently dropped would hold every request and watch on it until their own timeouts, and be reused after.
+ */
+export interface H2HealthCheck {
+  readIdleMs: number;
+  pingTimeoutMs: number;
+}
+
+/** client-go's values. */
+export const DEFAULT_H2_HEALTH_CHECK: H2HealthCheck = { readIdleMs: 30_000, pingTimeoutMs: 15_000 };
+
 /** What {@link createH2Fetch} returns: a fetch plus its close and the protocol it ended up with. */
 export interface H2Fetch {
   fetch: FetchFn;
@@ -27,10 +41,16 @@ export interface H2Fetch {
  * server has not. Connection errors (refused, TLS) are rejected as `TypeError("fetch failed: …")` with the
  * cause, as fetch does; a failed connection is made again on the next request.
  */
-export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch {
+export function createH2Fetch(
+  opts: TlsFetchOptions,
+  fallback: FetchFn,
+  health: H2HealthCheck = DEFAULT_H2_HEALTH_CHECK,
+): H2Fetch {
   let protocol: H2Fetch["protocol"];
   let session: Promise<http2.ClientHttp2Session> | undefined;
   let closed = false;
+  /** Records a read on a session (for its health check). */
+  const alive = new WeakMap<http2.ClientHttp2Session, () => void>();
 
   const connect = (origin: URL): Promise<http2.ClientHttp2Session> => {
     const p = new Promise<http2.ClientHttp2Session>((resolve, reject) => {
@@ -66,6 +86,7 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
         s.on("error", forget);
         s.on("close", forget);
         s.on("goaway", forget);
+        alive.set(s, watchHealth(s, health));
         resolve(s);
       });
     });
@@ -143,8 +164,10 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
           body?.error(e);
         } catch { /* already closed */ }
       });
+      const touch = alive.get(s);
       stream.once("response", (h) => {
         responded = true;
+        touch?.();
         const status = Number(h[":status"] ?? 0);
         const respHeaders = new Headers();
         for (const [k, v] of Object.entries(h)) {
@@ -156,7 +179,10 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
         const rs = nullBody ? null : new ReadableStream<Uint8Array>({
           start(c) {
             body = c;
-            stream.on("data", (chunk: Uint8Array) => c.enqueue(new Uint8Array(chunk)));
+            stream.on("data", (chunk: Uint8Array) => {
+              touch?.();
+              c.enqueue(new Uint8Array(chunk));
+            });
             let ended = false;
             stream.on("end", () => (ended = true));
             // Settle on 'close': only a stream that ended and was not reset is a complete body (a reset
@@ -201,6 +227,35 @@ export function createH2Fetch(opts: TlsFetchOptions, fallback: FetchFn): H2Fetch
       return protocol;
     },
   };
+}
+
+/**
+ * Runs the {@link H2HealthCheck} on session `s` until it closes; returns the function that records a read
+ * (the session reads its socket natively, so reads are seen as responses, data frames and PING answers).
+ */
+function watchHealth(s: http2.ClientHttp2Session, h: H2HealthCheck): () => void {
+  let lastRead = Date.now();
+  let pinging = false;
+  const timer = setInterval(() => {
+    if (pinging || Date.now() - lastRead < h.readIdleMs) return;
+    pinging = true;
+    const deadline = setTimeout(() => {
+      s.destroy(new Error(`HTTP/2 connection: no answer to a PING within ${h.pingTimeoutMs} ms`));
+    }, h.pingTimeoutMs);
+    const answered = () => {
+      clearTimeout(deadline);
+      pinging = false;
+      lastRead = Date.now();
+    };
+    try {
+      if (!s.ping(answered)) answered();
+    } catch {
+      answered();
+    }
+  }, Math.max(10, Math.min(h.readIdleMs, h.pingTimeoutMs) / 2));
+  (timer as { unref?: () => void }).unref?.();
+  s.once("close", () => clearInterval(timer));
+  return () => (lastRead = Date.now());
 }
 
 /** The server did not pick h2: the request goes to the fallback fetch. */

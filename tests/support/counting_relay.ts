@@ -21,6 +21,11 @@ export interface CountingRelay {
   readonly port: number;
   /** A snapshot of the counts. */
   counts(): RelayCounts;
+  /**
+   * From now on drops every byte in both directions on open connections, which stay open: a middlebox that
+   * silently lost them. New connections are relayed as before.
+   */
+  blackhole(): void;
   /** Stops listening and destroys every relayed connection. */
   close(): Promise<void>;
 }
@@ -32,6 +37,7 @@ export async function startCountingRelay(
 ): Promise<CountingRelay> {
   const c: RelayCounts = { toClient: 0, toServer: 0, connections: 0 };
   const sockets = new Set<net.Socket>();
+  const dead = new WeakSet<net.Socket>();
   const server = net.createServer((client) => {
     c.connections++;
     const upstream = net.connect(targetPort, targetHost);
@@ -41,10 +47,12 @@ export async function startCountingRelay(
       s.on("error", () => {});
     }
     client.on("data", (d: Uint8Array) => {
+      if (dead.has(client)) return;
       c.toServer += d.length;
       upstream.write(d);
     });
     upstream.on("data", (d: Uint8Array) => {
+      if (dead.has(client)) return;
       c.toClient += d.length;
       client.write(d);
     });
@@ -59,6 +67,9 @@ export async function startCountingRelay(
   return {
     port,
     counts: () => ({ ...c }),
+    blackhole: () => {
+      for (const s of sockets) dead.add(s);
+    },
     close: async () => {
       for (const s of sockets) s.destroy();
       await Promise.race([

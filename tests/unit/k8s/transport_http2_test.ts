@@ -13,6 +13,7 @@ import { type CountingRelay, startCountingRelay } from "../../support/counting_r
 import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
 import { ApiTransport, listAll, NetworkError } from "../../../lib/k8s/transport.ts";
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../../../lib/runtime/fetch_tls.ts";
+import { createH2Fetch } from "../../../lib/runtime/fetch_h2.ts";
 
 interface Setup {
   srv: TestApiserver;
@@ -197,6 +198,47 @@ describe("apiserver transport over HTTP/2", () => {
       assert.equal(s.relay.counts().connections, 3);
       await s.srv.faults.up();
       assert.equal((await listAll(t, { path: "/api/v1/services", resource: "services" })).items.length, 1);
+    } finally {
+      t.close();
+      await teardown(s);
+    }
+  });
+
+  it("a connection a middlebox silently lost fails its open watch after PING goes unanswered; the next request reconnects", async () => {
+    const s = await setup(true);
+    const kc = join(s.dir, "kubeconfig-ping");
+    await s.srv.writeKubeconfig(kc, { server: `https://127.0.0.1:${s.relay.port}` });
+    const config = await loadRestConfig({ kubeconfig: kc, env: {} });
+    const t = new ApiTransport({
+      config,
+      qps: -1,
+      fetchFactory: (o) => {
+        const h2f = createH2Fetch(o, () => Promise.reject(new Error("no HTTP/1.1 here")), {
+          readIdleMs: 200,
+          pingTimeoutMs: 200,
+        });
+        return Object.assign(h2f.fetch, {
+          close: h2f.close,
+          implementation: "global",
+          decodesContent: false,
+        }) as TlsFetch;
+      },
+    });
+    try {
+      const list = await listAll(t, { path: "/api/v1/services", resource: "services" });
+      const q = { watch: "true", resourceVersion: list.resourceVersion };
+      const res = await t.openWatch({ path: "/api/v1/services", query: q, resource: "services" });
+      let settled = false;
+      const reading = res.text().finally(() => (settled = true));
+      // a quiet watch on a live connection is kept (PINGs are answered)
+      await new Promise((r) => setTimeout(r, 800));
+      assert.equal(settled, false);
+      s.relay.blackhole();
+      const t0 = Date.now();
+      await assert.rejects(reading);
+      assert.ok(Date.now() - t0 < 2000, `watch failed after ${Date.now() - t0} ms`);
+      assert.equal((await listAll(t, { path: "/api/v1/services", resource: "services" })).items.length, 1);
+      assert.equal(s.relay.counts().connections, 2);
     } finally {
       t.close();
       await teardown(s);
