@@ -10,6 +10,9 @@ import http2 from "node:http2";
 import tls from "node:tls";
 import type { FetchFn, TlsFetchOptions } from "./fetch_tls.ts";
 
+/** As client-go's TLSHandshakeTimeout. */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+
 /** Stream-level receive window: a LIST page of a large cluster should not stall on 64 KiB round trips. */
 const WINDOW_BYTES = 4 * 1024 * 1024;
 
@@ -49,6 +52,8 @@ export function createH2Fetch(
   let protocol: H2Fetch["protocol"];
   let session: Promise<http2.ClientHttp2Session> | undefined;
   let closed = false;
+  /** Sockets still in their TLS handshake (close() ends them). */
+  const handshaking = new Set<tls.TLSSocket>();
   /** Records a read on a session (for its health check). */
   const alive = new WeakMap<http2.ClientHttp2Session, () => void>();
 
@@ -65,9 +70,24 @@ export function createH2Fetch(
         rejectUnauthorized: !opts.insecureSkipVerify,
         ALPNProtocols: ["h2", "http/1.1"],
       });
-      const fail = (err: Error) => reject(new TypeError(`fetch failed: ${err.message}`, { cause: err }));
+      const fail = (err: Error) => {
+        clearTimeout(handshake);
+        reject(new TypeError(`fetch failed: ${err.message}`, { cause: err }));
+      };
+      // A handshake that never completes (a lost SYN, a silent middlebox) must not hold every later request.
+      const handshake = setTimeout(
+        () => socket.destroy(new Error(`TLS handshake not done within ${HANDSHAKE_TIMEOUT_MS} ms`)),
+        HANDSHAKE_TIMEOUT_MS,
+      );
+      handshaking.add(socket);
+      socket.once("close", () => {
+        clearTimeout(handshake);
+        handshaking.delete(socket);
+      });
       socket.once("error", fail);
       socket.once("secureConnect", () => {
+        clearTimeout(handshake);
+        handshaking.delete(socket);
         socket.off("error", fail);
         if (socket.alpnProtocol !== "h2") {
           protocol = "http/1.1";
@@ -104,11 +124,11 @@ export function createH2Fetch(
     if (signal?.aborted) throw signal.reason ?? new DOMException("The operation was aborted.", "AbortError");
     let s: http2.ClientHttp2Session;
     try {
-      s = await (session ??= connect(url));
+      s = await abortable(session ??= connect(url), signal);
       // A session the server sent GOAWAY on (or that died) takes no new streams: connect again once.
       if (s.closed || s.destroyed) {
         session = undefined;
-        s = await (session = connect(url));
+        s = await abortable(session = connect(url), signal);
       }
     } catch (e) {
       if (e instanceof FallBack) return fallback(input, init);
@@ -125,8 +145,8 @@ export function createH2Fetch(
       const goneAway = (e: unknown) =>
         !retried && (e as NodeJS.ErrnoException)?.code === "ERR_HTTP2_GOAWAY_SESSION";
       const again = () => {
-        if (session) session = undefined;
-        s.destroy();
+        session = undefined;
+        s.close(); // streams still open on it may finish
         return h2fetch(input, init, true);
       };
       let responded = false;
@@ -220,6 +240,7 @@ export function createH2Fetch(
     fetch: h2fetch,
     close() {
       closed = true;
+      for (const sock of handshaking) sock.destroy(new Error("client closed"));
       session?.then((s) => s.destroy(), () => {});
       session = undefined;
     },
@@ -256,6 +277,18 @@ function watchHealth(s: http2.ClientHttp2Session, h: H2HealthCheck): () => void 
   (timer as { unref?: () => void }).unref?.();
   s.once("close", () => clearInterval(timer));
   return () => (lastRead = Date.now());
+}
+
+/** `p`, or the abort reason of `signal` when that comes first (the connection attempt goes on for others). */
+function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () =>
+      reject(signal.reason ?? new DOMException("The operation was aborted.", "AbortError"));
+    if (signal.aborted) return onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** The server did not pick h2: the request goes to the fallback fetch. */

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import net from "node:net";
 import { startTestApiserver, type TestApiserver } from "../../support/apiserver.ts";
 import { type CountingRelay, startCountingRelay } from "../../support/counting_relay.ts";
 import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
@@ -242,6 +243,31 @@ describe("apiserver transport over HTTP/2", () => {
     } finally {
       t.close();
       await teardown(s);
+    }
+  });
+
+  it("a request waiting for a TLS handshake that never comes ends with its abort signal", async () => {
+    const silent = net.createServer(() => {}); // accepts, never answers
+    await new Promise<void>((r) => silent.listen(0, "127.0.0.1", () => r()));
+    const port = (silent.address() as net.AddressInfo).port;
+    const h2f = createH2Fetch(
+      { caPem: h2.srv.caPem },
+      () => Promise.reject(new Error("no fallback expected")),
+    );
+    try {
+      const t0 = Date.now();
+      await assert.rejects(
+        h2f.fetch(`https://127.0.0.1:${port}/api`, { signal: AbortSignal.timeout(200) }),
+        (e) => (e as Error).name === "TimeoutError",
+      );
+      assert.ok(Date.now() - t0 < 2000, `${Date.now() - t0} ms`);
+    } finally {
+      h2f.close();
+      await new Promise((r) => {
+        (silent as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+        silent.close(r);
+        setTimeout(r, 200);
+      });
     }
   });
 });
