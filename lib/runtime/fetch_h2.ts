@@ -123,6 +123,7 @@ export function createH2Fetch(
     const signal = init.signal ?? undefined;
     if (signal?.aborted) throw signal.reason ?? new DOMException("The operation was aborted.", "AbortError");
     let s: http2.ClientHttp2Session;
+    const reused = session !== undefined;
     try {
       s = await abortable(session ??= connect(url), signal);
       // A session the server sent GOAWAY on (or that died) takes no new streams: connect again once.
@@ -140,10 +141,16 @@ export function createH2Fetch(
     };
     new Headers(init.headers).forEach((v, k) => (headers[k] = v));
     return await new Promise<Response>((resolve, reject) => {
-      // Bun leaves a session that received GOAWAY open but refuses new streams on it (at once or by a
-      // stream error): connect again, once.
-      const goneAway = (e: unknown) =>
-        !retried && (e as NodeJS.ErrnoException)?.code === "ERR_HTTP2_GOAWAY_SESSION";
+      // Connect again, once, when the request never got to the server: Bun leaves a session that received
+      // GOAWAY open but refuses new streams on it; and a reused connection the server has just closed fails
+      // the write (EPIPE, ECONNRESET) before the session learns it is gone. Only bodiless requests (GET)
+      // are sent twice, as Go's transport does on a dead reused connection.
+      const goneAway = (e: unknown) => {
+        if (retried || init.body != null) return false;
+        const code = (e as NodeJS.ErrnoException)?.code;
+        return code === "ERR_HTTP2_GOAWAY_SESSION" ||
+          (reused && (code === "EPIPE" || code === "ECONNRESET" || code === "ERR_HTTP2_INVALID_SESSION"));
+      };
       const again = () => {
         session = undefined;
         s.close(); // streams still open on it may finish

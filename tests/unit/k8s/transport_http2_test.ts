@@ -270,4 +270,34 @@ describe("apiserver transport over HTTP/2", () => {
       });
     }
   });
+
+  it("a reused h2 connection the server closed: the request goes to a new one (here refused)", async () => {
+    const srv = await startTestApiserver({ http2: true, bookmarkIntervalMs: 0 });
+    const dir = await mkdtemp(join(tmpdir(), "edgeproxy-h2-"));
+    await srv.writeKubeconfig(join(dir, "kubeconfig"));
+    const t = new ApiTransport({
+      config: await loadRestConfig({ kubeconfig: join(dir, "kubeconfig"), env: {} }),
+      requestTimeoutMs: 100,
+    });
+    try {
+      // a request that timed out leaves the server busy with it when it goes down
+      srv.faults.slow(400);
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services" }),
+        (e) => e instanceof NetworkError && e.timedOut,
+      );
+      srv.faults.slow(0);
+      await srv.faults.down();
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services" }),
+        (e) => e instanceof NetworkError && e.refused,
+      );
+      await srv.faults.up();
+      await listAll(t, { path: "/api/v1/services", resource: "services" });
+    } finally {
+      t.close();
+      await srv.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
