@@ -6,9 +6,13 @@
  * - anything else (and Deno with insecure-skip-tls-verify, which Deno's HttpClient cannot express):
  *   a small fetch built on `node:https`, which honours the same options everywhere.
  * Chosen because each runtime's own TLS options were measured to work, and node:https covers the rest.
+ * With a custom TLS configuration (always the case for an apiserver), HTTP/2 over node:http2
+ * (lib/runtime/fetch_h2.ts) serves every request when the server offers it by ALPN, as client-go does; the
+ * fetch above is the fallback for servers that speak only HTTP/1.1.
  */
 import * as http from "node:http";
 import * as https from "node:https";
+import { createH2Fetch } from "./fetch_h2.ts";
 
 /** The fetch signature the Kubernetes transport calls. */
 export type FetchFn = (input: string | URL, init?: RequestInit) => Promise<Response>;
@@ -17,8 +21,16 @@ export type FetchFn = (input: string | URL, init?: RequestInit) => Promise<Respo
 export type TlsFetch = FetchFn & {
   /** Releases the underlying client. Requests in flight may fail afterwards. */
   close(): void;
-  /** Which implementation serves requests: "deno", "bun", "node-https" or "global" (plain fetch). */
+  /**
+   * Which HTTP/1.1 implementation serves requests when HTTP/2 is not used: "deno", "bun", "node-https" or
+   * "global" (plain fetch).
+   */
   readonly implementation: "deno" | "bun" | "node-https" | "global";
+  /**
+   * The HTTP version the server chose by ALPN: "h2" (node:http2 serves), "http/1.1" (`implementation`
+   * serves), or undefined before the first connection (and for plain fetch, which does not probe).
+   */
+  readonly protocol?: "h2" | "http/1.1";
   /**
    * Whether response bodies arrive already decoded when the server compressed them (Deno's fetch always
    * decodes; Bun's is told not to, and node:https never does), so the caller decodes exactly once.
@@ -54,6 +66,25 @@ export const runtimeName: "deno" | "bun" | "node" = typeof g.Deno !== "undefined
  * the global fetch. Throws when only one of cert and key is given.
  */
 export function createTlsFetch(opts: TlsFetchOptions = {}): TlsFetch {
+  const h1 = createHttp1Fetch(opts);
+  if (h1.implementation === "global") return h1;
+  const h2 = createH2Fetch(opts, h1);
+  return Object.defineProperties(h2.fetch, {
+    close: {
+      value: () => {
+        h2.close();
+        h1.close();
+      },
+    },
+    implementation: { value: h1.implementation },
+    protocol: { get: () => h2.protocol },
+    // node:http2 hands bodies over as sent; the HTTP/1.1 fetch may decode (Deno's).
+    decodesContent: { get: () => h2.protocol === "h2" ? false : h1.decodesContent },
+  }) as TlsFetch;
+}
+
+/** The HTTP/1.1 fetch of this runtime for `opts` (see the module comment). */
+function createHttp1Fetch(opts: TlsFetchOptions): TlsFetch {
   if (Boolean(opts.certPem) !== Boolean(opts.keyPem)) {
     throw new Error("TLS client configuration: a client certificate needs its key and a key its certificate");
   }
