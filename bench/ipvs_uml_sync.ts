@@ -17,6 +17,8 @@ import { detectLocalByCIDR } from "../lib/proxy/local_detect.ts";
 import { createIpvsBackend } from "../lib/proxy/ipvs/mode.ts";
 import { createIpvsHost, type IpvsHost } from "../lib/proxy/ipvs/host.ts";
 import { createIptablesRunner, type IptablesRunner } from "../lib/proxy/iptables/runner.ts";
+import { parseIpvsadmSave } from "../lib/proxy/ipvs/ipvsadm.ts";
+import { openIpvsNetlink } from "./ipvs_netlink_dump.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import {
   BENCH_CLUSTER_CIDR,
@@ -220,5 +222,43 @@ if (mode === "ipvs") {
   const driftMs = performance.now() - t;
   figure("drift_check_ms", driftMs);
   breakdown("drift_check", driftMs);
+  await compareReadBack();
 }
 process.exit(0);
+
+/**
+ * The read-back both ways for the same kernel state, three times each (median): `ipvsadm -Sn` parsed as
+ * the backend parses it, and a generic netlink dump in-process (bench/ipvs_netlink_dump.ts, Bun only).
+ * The two must see the same virtual and real servers.
+ */
+async function compareReadBack(): Promise<void> {
+  const host = createIpvsHost();
+  const cli: number[] = [];
+  let cliCounts = [0, 0];
+  for (let i = 0; i < 3; i++) {
+    const t0 = performance.now();
+    const vs = parseIpvsadmSave(await host.ipvsSave());
+    cli.push(performance.now() - t0);
+    cliCounts = [vs.size, [...vs.values()].reduce((n, v) => n + v.realServers.size, 0)];
+  }
+  figure("readback_ipvsadm_save_parse_median_ms", summarize(cli).median);
+  figure("readback_virtual_servers", cliCounts[0]);
+  figure("readback_real_servers", cliCounts[1]);
+  const nl = await openIpvsNetlink();
+  if (nl === null) return;
+  const times: number[] = [];
+  let counts = [0, 0];
+  for (let i = 0; i < 3; i++) {
+    const t0 = performance.now();
+    const vss = nl.dump();
+    times.push(performance.now() - t0);
+    counts = [vss.length, vss.reduce((n, v) => n + v.realServerWeights.length, 0)];
+  }
+  nl.close();
+  figure("readback_netlink_dump_median_ms", summarize(times).median);
+  figure("readback_netlink_virtual_servers", counts[0]);
+  figure("readback_netlink_real_servers", counts[1]);
+  if (counts[0] !== cliCounts[0] || counts[1] !== cliCounts[1]) {
+    console.error(`netlink dump saw ${counts} virtual / real servers, ipvsadm -Sn ${cliCounts}`);
+  }
+}
