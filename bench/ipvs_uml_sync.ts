@@ -18,7 +18,8 @@ import { createIpvsBackend } from "../lib/proxy/ipvs/mode.ts";
 import { createIpvsHost, type IpvsHost } from "../lib/proxy/ipvs/host.ts";
 import { createIptablesRunner, type IptablesRunner } from "../lib/proxy/iptables/runner.ts";
 import { parseIpvsadmSave } from "../lib/proxy/ipvs/ipvsadm.ts";
-import { openIpvsNetlink } from "./ipvs_netlink_dump.ts";
+import { openIpvsNetlink } from "./ipvs_netlink_ops.ts";
+import { execFileSync } from "node:child_process";
 import { syntheticCluster } from "./synthetic_cluster.ts";
 import {
   BENCH_CLUSTER_CIDR,
@@ -223,6 +224,7 @@ if (mode === "ipvs") {
   figure("drift_check_ms", driftMs);
   breakdown("drift_check", driftMs);
   await compareReadBack();
+  await compareWrite();
 }
 process.exit(0);
 
@@ -261,4 +263,39 @@ async function compareReadBack(): Promise<void> {
   if (counts[0] !== cliCounts[0] || counts[1] !== cliCounts[1]) {
     console.error(`netlink dump saw ${counts} virtual / real servers, ipvsadm -Sn ${cliCounts}`);
   }
+}
+
+/**
+ * The first sync's write both ways for the same virtual and real servers (the ones the syncs left):
+ * `ipvsadm -C` then `ipvsadm -R` with what `ipvsadm -Sn` printed, and `ipvsadm -C` then the netlink
+ * writer (bench/ipvs_netlink_ops.ts, Bun only). Both must leave the same table.
+ */
+async function compareWrite(): Promise<void> {
+  const sorted = (text: string) => text.split("\n").sort().join("\n");
+  const host = createIpvsHost();
+  const saved = await host.ipvsSave();
+  const want = parseIpvsadmSave(saved);
+  const lines = saved.split("\n").filter((l) => l.trim() !== "");
+  const countOf = (vs: typeof want) =>
+    `${vs.size}/${[...vs.values()].reduce((n, v) => n + v.realServers.size, 0)}`;
+  execFileSync("ipvsadm", ["-C"]);
+  let t0 = performance.now();
+  await host.ipvsRestore(lines);
+  figure("write_ipvsadm_restore_ms", performance.now() - t0);
+  figure("write_lines", lines.length);
+  const nl = await openIpvsNetlink();
+  if (nl === null) return;
+  execFileSync("ipvsadm", ["-C"]);
+  t0 = performance.now();
+  nl.write(want.values());
+  figure("write_netlink_ms", performance.now() - t0);
+  nl.close();
+  const got = parseIpvsadmSave(await host.ipvsSave());
+  if (countOf(got) !== countOf(want)) {
+    console.error(`netlink write left ${countOf(got)} virtual / real servers, want ${countOf(want)}`);
+  }
+  figure(
+    "write_netlink_same_table",
+    countOf(got) === countOf(want) && sorted(saved) === sorted(await host.ipvsSave()) ? 1 : 0,
+  );
 }

@@ -1,11 +1,15 @@
 /**
- * Bench only (not product code): the IPVS read-back through generic netlink in-process (`bun:ffi`,
- * socket/send/recv as lib/runtime/nft_netlink.ts does), to time it against `ipvsadm -Sn` for the same
- * kernel state. Resolves the "IPVS" family (CTRL_CMD_GETFAMILY), dumps every virtual server
- * (IPVS_CMD_GET_SERVICE) and then each one's real servers (IPVS_CMD_GET_DEST), and returns the same
- * counts `ipvsadm -Sn` gives, so the two can be checked against each other. bench/ipvs_uml_sync.ts calls it
- * in the guest. Bun only: elsewhere `openIpvsNetlink` returns null.
+ * Bench only (not product code): IPVS over generic netlink in-process (`bun:ffi`, socket/send/recv as
+ * lib/runtime/nft_netlink.ts does), to time it against `ipvsadm` for the same kernel state:
+ *  - the read-back: every virtual server (IPVS_CMD_GET_SERVICE dump), then each one's real servers
+ *    (IPVS_CMD_GET_DEST dump), as `ipvsadm -Sn` reads them;
+ *  - the write: IPVS_CMD_NEW_SERVICE / NEW_DEST messages, many per send (the kernel handles each message
+ *    of a buffer in turn and acknowledges each), as `ipvsadm -R` writes one line at a time.
+ * The "IPVS" family id is resolved once (CTRL_CMD_GETFAMILY). bench/ipvs_uml_sync.ts calls it in the guest.
+ * Bun only: elsewhere `openIpvsNetlink` returns null.
  */
+import type { KernelVirtualServer } from "../lib/proxy/ipvs/ipvsadm.ts";
+import { splitHostPort } from "../lib/net/go_net.ts";
 import type { BunFfi, Pointer } from "../lib/runtime/libnftables.ts";
 import { netlinkMessages } from "../lib/runtime/nft_netlink.ts";
 
@@ -30,6 +34,16 @@ const IPVS_CMD_ATTR_DEST = 2;
 /** IPVS_SVC_ATTR_AF, _PROTOCOL, _ADDR, _PORT, _FWMARK: what identifies a virtual server. */
 const SVC_KEY_ATTRS = new Set([1, 2, 3, 4, 5]);
 const IPVS_DEST_ATTR_WEIGHT = 4;
+const NLM_F_ACK = 4;
+const NLM_F_CREATE_EXCL = 0x400 | 0x200;
+const IPVS_CMD_NEW_SERVICE = 1;
+const IPVS_CMD_NEW_DEST = 5;
+const IPPROTO: Record<string, number> = { TCP: 6, UDP: 17, SCTP: 132 };
+/** IP_VS_SVC_F_PERSISTENT. */
+const SVC_F_PERSISTENT = 1;
+/** Messages packed into one send. With 256 the guest's recv failed (ENOBUFS, presumably: each acknowledgement
+ * holds ~1 KiB of the default 208 KiB receive buffer); 64 leaves room. */
+const BATCH = 64;
 
 /** A virtual server's identifying attributes as the kernel sent them, and its real servers' weights. */
 export interface NetlinkVirtualServer {
@@ -41,6 +55,8 @@ export interface NetlinkVirtualServer {
 export interface IpvsNetlink {
   /** Every virtual server with its real servers (one GET_SERVICE dump, one GET_DEST dump each). */
   dump(): NetlinkVirtualServer[];
+  /** Creates these virtual servers and their real servers (masquerading), BATCH messages per send. */
+  write(vss: Iterable<KernelVirtualServer>): void;
   close(): void;
 }
 
@@ -97,6 +113,33 @@ function eachAttr(buf: Uint8Array, fn: (type: number, payload: Uint8Array) => vo
     fn(v.getUint16(off + 2, true) & 0x3fff, buf.subarray(off + 4, off + alen));
     off += align4(alen);
   }
+}
+
+const u16 = (n: number, be = false) => {
+  const b = new Uint8Array(2);
+  new DataView(b.buffer).setUint16(0, n, !be);
+  return b;
+};
+const u32 = (n: number) => {
+  const b = new Uint8Array(4);
+  new DataView(b.buffer).setUint32(0, n >>> 0, true);
+  return b;
+};
+/** An IPv4 address as union nf_inet_addr (16 bytes). IPv6 is not needed by the bench. */
+function inetAddr(a: string): Uint8Array {
+  const b = new Uint8Array(16);
+  a.split(".").forEach((o, i) => b[i] = Number(o));
+  return b;
+}
+
+/** The attributes that identify `vs` (AF, protocol, address, port). */
+function serviceKey(vs: KernelVirtualServer): Uint8Array {
+  return concat([
+    attr(1, u16(2)),
+    attr(2, u16(IPPROTO[vs.protocol])),
+    attr(3, inetAddr(vs.address)),
+    attr(4, u16(vs.port, true)),
+  ]);
 }
 
 /** Opens a generic netlink socket and resolves the IPVS family; null without `bun:ffi`. */
@@ -198,6 +241,73 @@ export async function openIpvsNetlink(): Promise<IpvsNetlink | null> {
         );
         return { key, realServerWeights: weights };
       });
+    },
+    write(vss) {
+      const pending: Uint8Array[] = [];
+      const flush = () => {
+        if (pending.length === 0) return;
+        const n = pending.length;
+        send(concat(pending), "write");
+        pending.length = 0;
+        let acked = 0;
+        while (acked < n) {
+          const got = Number(s.recv(fd, reply as unknown as Pointer, reply.length, 0));
+          if (got <= 0) throw new Error("ipvs netlink: write: recv failed");
+          for (const m of netlinkMessages(reply.subarray(0, got))) {
+            if (m.type !== NLMSG_ERROR) continue;
+            const errno = -new DataView(m.payload.buffer, m.payload.byteOffset).getInt32(0, true);
+            if (errno !== 0) throw new Error(`ipvs netlink: write: errno ${errno}`);
+            acked++;
+          }
+        }
+      };
+      const push = (cmd: number, attrs: Uint8Array) => {
+        pending.push(
+          genlRequest(family, cmd, IPVS_GENL_VERSION, NLM_F_ACK | NLM_F_CREATE_EXCL, ++seq, attrs),
+        );
+        if (pending.length >= BATCH) flush();
+      };
+      for (const vs of vss) {
+        const key = serviceKey(vs);
+        const persistent = vs.persistentTimeout > 0 ? SVC_F_PERSISTENT : 0;
+        push(
+          IPVS_CMD_NEW_SERVICE,
+          attr(
+            IPVS_CMD_ATTR_SERVICE | NLA_F_NESTED,
+            concat([
+              key,
+              attr(6, new TextEncoder().encode(vs.scheduler + "\0")),
+              attr(7, concat([u32(persistent), u32(0xffffffff)])),
+              attr(8, u32(vs.persistentTimeout)),
+              attr(9, u32(0xffffffff)),
+            ]),
+          ),
+        );
+        for (const [rs, weight] of vs.realServers) {
+          const hp = splitHostPort(rs);
+          if (hp === null) throw new Error(`ipvs netlink: write: bad real server ${rs}`);
+          const { host, port } = hp;
+          push(
+            IPVS_CMD_NEW_DEST,
+            concat([
+              attr(IPVS_CMD_ATTR_SERVICE | NLA_F_NESTED, key),
+              attr(
+                IPVS_CMD_ATTR_DEST | NLA_F_NESTED,
+                concat([
+                  attr(1, inetAddr(host)),
+                  attr(2, u16(Number(port), true)),
+                  attr(3, u32(0)), // IP_VS_CONN_F_MASQ
+                  attr(IPVS_DEST_ATTR_WEIGHT, u32(weight)),
+                  attr(5, u32(0)),
+                  attr(6, u32(0)),
+                  attr(11, u16(2)),
+                ]),
+              ),
+            ]),
+          );
+        }
+      }
+      flush();
     },
     close() {
       s.close(fd);
