@@ -10,7 +10,7 @@
  */
 import type { KernelVirtualServer } from "../lib/proxy/ipvs/ipvsadm.ts";
 import { splitHostPort } from "../lib/net/go_net.ts";
-import type { BunFfi, Pointer } from "../lib/runtime/libnftables.ts";
+import { type BunFfi, enterNetns, type Pointer } from "../lib/runtime/libnftables.ts";
 import { netlinkMessages } from "../lib/runtime/nft_netlink.ts";
 
 const AF_NETLINK = 16;
@@ -142,8 +142,10 @@ function serviceKey(vs: KernelVirtualServer): Uint8Array {
   ]);
 }
 
-/** Opens a generic netlink socket and resolves the IPVS family; null without `bun:ffi`. */
-export async function openIpvsNetlink(): Promise<IpvsNetlink | null> {
+/** Opens a generic netlink socket (in `netnsPath`, default: ours) and resolves the IPVS family; null without `bun:ffi`. */
+export async function openIpvsNetlink(
+  opts: { readonly netnsPath?: string } = {},
+): Promise<IpvsNetlink | null> {
   if (typeof (globalThis as { Bun?: unknown }).Bun === "undefined") return null;
   const ffi = await import(["bun", "ffi"].join(":")) as BunFfi;
   const T = ffi.FFIType;
@@ -154,7 +156,8 @@ export async function openIpvsNetlink(): Promise<IpvsNetlink | null> {
     close: { args: [T.i32], returns: T.i32 },
   });
   const s = libc.symbols;
-  const fd = s.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC) as number;
+  const open = () => s.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC) as number;
+  const fd = opts.netnsPath === undefined ? open() : enterNetns(ffi, opts.netnsPath, open);
   if (fd < 0) throw new Error("ipvs netlink: cannot open a NETLINK_GENERIC socket");
   const reply = new Uint8Array(256 * 1024);
   let seq = 0;
