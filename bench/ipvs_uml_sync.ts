@@ -278,7 +278,8 @@ async function compareWrite(): Promise<void> {
   const saved = await host.ipvsSave();
   const want = parseIpvsadmSave(saved);
   for (const ns of ["ipvs-w1", "ipvs-w2"]) execFileSync("ip", ["netns", "add", ns]);
-  const save = (ns: string) => execFileSync("ip", ["netns", "exec", ns, "ipvsadm", "-Sn"]).toString();
+  const save = (ns: string) =>
+    execFileSync("ip", ["netns", "exec", ns, "ipvsadm", "-Sn"], { maxBuffer: 1 << 28 }).toString();
   let t0 = performance.now();
   execFileSync("ip", ["netns", "exec", "ipvs-w1", "true"]);
   figure("write_ip_netns_exec_overhead_ms", performance.now() - t0);
