@@ -63,3 +63,27 @@ for (const r of rows) {
     } | ${cell(r.unchanged_resync_ms)} | ${writes} |`,
   );
 }
+
+// IPVS mode: where each sync's time goes, step by step (ms; a step is one or more child processes; "in
+// process" is the rest: model, diff and plan in the agent).
+const ipvsRows = rows.filter((r) => r.mode === "ipvs");
+const phases = ["first_sync", "change_median", "unchanged_resync", "unchanged_full_sync", "drift_check"];
+const steps = [
+  ...new Set(
+    ipvsRows.flatMap((r) => Object.keys(r)).flatMap((k) => /_step_(.+)_ms$/.exec(k)?.[1] ?? []),
+  ),
+].sort();
+if (ipvsRows.length > 0) {
+  console.log(`\n| Services | sync | total ms | ${steps.join(" | ")} | ipvsadm share % |`);
+  console.log(`|---|---|---|${steps.map(() => "---|").join("")}---|`);
+  for (const r of ipvsRows) {
+    for (const p of phases) {
+      const total = p === "change_median" ? r.one_endpoint_change_median_ms : r[`${p}_ms`];
+      console.log(
+        `| ${r.services} | ${p} | ${cell(total)} | ${
+          steps.map((s) => cell(r[`${p}_step_${s}_ms`])).join(" | ")
+        } | ${cell(r[`${p}_ipvsadm_share_pct`])} |`,
+      );
+    }
+  }
+}
