@@ -18,6 +18,7 @@ import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy, parseIPLegacy, splitHostPort } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
 import { validateIpvsConfig } from "./validate_ipvs.ts";
+import { validateSyncPeriods } from "./validate_sync_periods.ts";
 
 /** Proxy modes edgeproxy accepts: blank (meaning iptables), iptables, nftables, userspace and ipvs. */
 export const SUPPORTED_PROXY_MODES: readonly string[] = ["", "iptables", "nftables", "userspace", "ipvs"];
@@ -218,27 +219,7 @@ export function validateConfig(c: KubeProxyConfiguration): FieldError[] {
   if (ipt.masqueradeBit < 0 || ipt.masqueradeBit > 31) {
     errs.push(fieldError("iptables.masqueradeBit", "must be within the range [0, 31]", ipt.masqueradeBit));
   }
-  if (ipt.syncPeriod <= 0) {
-    errs.push(fieldError("iptables.syncPeriod", "must be greater than 0", formatDuration(ipt.syncPeriod)));
-  }
-  if (ipt.minSyncPeriod < 0) {
-    errs.push(
-      fieldError(
-        "iptables.minSyncPeriod",
-        "must be greater than or equal to 0",
-        formatDuration(ipt.minSyncPeriod),
-      ),
-    );
-  }
-  if (ipt.syncPeriod > 0 && ipt.minSyncPeriod > ipt.syncPeriod) {
-    errs.push(
-      fieldError(
-        "iptables.syncPeriod",
-        `must be greater than or equal to iptables.minSyncPeriod (${formatDuration(ipt.minSyncPeriod)})`,
-        formatDuration(ipt.syncPeriod),
-      ),
-    );
-  }
+  validateSyncPeriods(errs, "iptables", ipt);
 
   if (c.mode === "ipvs") errs.push(...validateIpvsConfig(c));
 

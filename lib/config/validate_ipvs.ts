@@ -7,6 +7,7 @@ import { formatDuration } from "./duration.ts";
 import { type FieldError, fieldError } from "./field_error.ts";
 import { parseCIDRLegacy } from "../net/go_net.ts";
 import type { KubeProxyConfiguration } from "./types.ts";
+import { validateSyncPeriods } from "./validate_sync_periods.ts";
 
 /** Schedulers upstream's validation accepts ("" is the default, rr). */
 export const IPVS_SCHEDULERS: readonly string[] = [
@@ -26,27 +27,7 @@ export const IPVS_SCHEDULERS: readonly string[] = [
 export function validateIpvsConfig(c: Pick<KubeProxyConfiguration, "ipvs">): FieldError[] {
   const errs: FieldError[] = [];
   const ipvs = c.ipvs;
-  if (ipvs.syncPeriod <= 0) {
-    errs.push(fieldError("ipvs.syncPeriod", "must be greater than 0", formatDuration(ipvs.syncPeriod)));
-  }
-  if (ipvs.minSyncPeriod < 0) {
-    errs.push(
-      fieldError(
-        "ipvs.minSyncPeriod",
-        "must be greater than or equal to 0",
-        formatDuration(ipvs.minSyncPeriod),
-      ),
-    );
-  }
-  if (ipvs.syncPeriod > 0 && ipvs.minSyncPeriod > ipvs.syncPeriod) {
-    errs.push(
-      fieldError(
-        "ipvs.syncPeriod",
-        `must be greater than or equal to ipvs.minSyncPeriod (${formatDuration(ipvs.minSyncPeriod)})`,
-        formatDuration(ipvs.syncPeriod),
-      ),
-    );
-  }
+  validateSyncPeriods(errs, "ipvs", ipvs);
   for (
     const [field, value] of [
       ["tcpTimeout", ipvs.tcpTimeout],

@@ -8,7 +8,7 @@
  */
 import http2 from "node:http2";
 import tls from "node:tls";
-import type { FetchFn, TlsFetchOptions } from "./fetch_tls.ts";
+import type { FetchFn, TlsFetchOptions } from "./fetch_types.ts";
 
 /** As client-go's TLSHandshakeTimeout. */
 const HANDSHAKE_TIMEOUT_MS = 10_000;

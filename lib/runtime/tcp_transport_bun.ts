@@ -6,7 +6,7 @@
  * directions have both finished is ended, one that fails tears its peer down.
  */
 import { joinHostPort } from "../net/go_net.ts";
-import { type RelayConn, type RelayListener, stripMapped, type TcpTransport } from "./tcp_transport.ts";
+import { type RelayConn, type RelayListener, stripMapped, type TcpTransport } from "./tcp_relay.ts";
 
 /** Bind errors in node:net's words. */
 const BIND_REASONS: Record<string, string> = {

@@ -4,7 +4,7 @@
  * from one side ends only the other's write half).
  */
 import * as net from "node:net";
-import { type RelayConn, stripMapped, type TcpTransport } from "./tcp_transport.ts";
+import { type RelayConn, stripMapped, type TcpTransport } from "./tcp_relay.ts";
 
 class NodeConn implements RelayConn {
   readonly remoteAddress: string;
