@@ -152,7 +152,6 @@ export class UserspaceBackend implements Provider {
       .filter((ip) => o.localhostNodePorts !== false || !isLoopback(ip));
     const ownAddresses = [...nodeAddresses, ...(o.localAddresses?.() ?? [])];
     const primaryIP = o.primaryNodeIP?.() ?? null;
-    this.#localSources = localSourceMatcher(state.localDetection, ownAddresses);
     const listenIP = st.kind === "iptables" ? st.listenIP() : "";
 
     for (const [key, svc] of state.services) {
@@ -246,6 +245,9 @@ export class UserspaceBackend implements Provider {
     }
     // The addresses first, so the listeners can bind them.
     if (st.kind === "none") await st.addresses.sync(o.family, serviceAddresses);
+    // The node's own connections to a service address on this node come from that address (the kernel picks
+    // a local destination as the source): those count as the node's too, from the sync that adds them.
+    this.#localSources = localSourceMatcher(state.localDetection, [...ownAddresses, ...serviceAddresses]);
     const failures: string[] = [];
     await Promise.all(
       [...want].filter(([k]) => !this.#listeners.has(k)).map(async ([k, p]) => {
