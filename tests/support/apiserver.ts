@@ -1,5 +1,5 @@
 /**
- * A faithful test apiserver for the three resources kube-proxy reads (Services, EndpointSlices, Nodes):
+ * A faithful test apiserver for the resources kube-proxy reads (Services, EndpointSlices, Nodes, ServiceCIDRs):
  * HTTPS with a generated CA, bearer-token or client-certificate auth, LIST with `limit`/`continue`
  * and `resourceVersion`/`resourceVersionMatch`, WATCH with resume from a resourceVersion, bookmarks,
  * `timeoutSeconds`, label and field selectors (including the DELETED/ADDED an object gets when it stops or
@@ -67,6 +67,11 @@ export interface TestApiserverOptions {
    * cache of a real apiserver does).
    */
   expiredWatchAs?: "status" | "event";
+  /**
+   * How ServiceCIDRs (networking.k8s.io/v1) are served: "served" (default), "notFound" (an apiserver without
+   * the API: 404, and the group is not discovered) or "forbidden" (RBAC without list/watch servicecidrs: 403).
+   */
+  serviceCIDRs?: "served" | "notFound" | "forbidden";
 }
 
 /** One served request, in arrival order. `status` is the HTTP status sent (0 while not answered yet). */
@@ -198,6 +203,7 @@ const PROXY_PREFIX_CORE = "/api/v1";
 const GZIP_THRESHOLD = 128 * 1024;
 const PROXY_PREFIX_DISCOVERY = "/apis/discovery.k8s.io/v1";
 const PROXY_PREFIX_EVENTS = "/apis/events.k8s.io/v1";
+const PROXY_PREFIX_NETWORKING = "/apis/networking.k8s.io/v1";
 
 type Route =
   | { t: "collection"; kind: ResourceKind; namespace?: string }
@@ -307,7 +313,7 @@ function route(path: string, port: number): Route | undefined {
       body: {
         kind: "APIGroupList",
         apiVersion: "v1",
-        groups: [group("discovery.k8s.io"), group("events.k8s.io")],
+        groups: [group("discovery.k8s.io"), group("events.k8s.io"), group("networking.k8s.io")],
       },
     };
   }
@@ -338,8 +344,11 @@ function route(path: string, port: number): Route | undefined {
     return resourceList("discovery.k8s.io/v1", [["endpointslices", "EndpointSlice", true]]);
   }
   if (path === PROXY_PREFIX_EVENTS) return resourceList("events.k8s.io/v1", [["events", "Event", true]]);
+  if (path === PROXY_PREFIX_NETWORKING) {
+    return resourceList("networking.k8s.io/v1", [["servicecidrs", "ServiceCIDR", false]]);
+  }
   let rest: string[];
-  let group: "core" | "discovery" | "events";
+  let group: "core" | "discovery" | "events" | "networking";
   if (seg[0] === "api" && seg[1] === "v1") {
     rest = seg.slice(2);
     group = "core";
@@ -349,6 +358,9 @@ function route(path: string, port: number): Route | undefined {
   } else if (seg[0] === "apis" && seg[1] === "events.k8s.io" && seg[2] === "v1") {
     rest = seg.slice(3);
     group = "events";
+  } else if (seg[0] === "apis" && seg[1] === "networking.k8s.io" && seg[2] === "v1") {
+    rest = seg.slice(3);
+    group = "networking";
   } else {
     return undefined;
   }
@@ -363,8 +375,13 @@ function route(path: string, port: number): Route | undefined {
     ? { services: "services", nodes: "nodes" }
     : group === "discovery"
     ? { endpointslices: "endpointslices" }
+    : group === "networking"
+    ? { servicecidrs: "servicecidrs" }
     : {};
-  if (res === "events" && group !== "discovery" && namespace !== undefined && name === undefined) {
+  if (
+    res === "events" && (group === "core" || group === "events") && namespace !== undefined &&
+    name === undefined
+  ) {
     return { t: "events", namespace, apiVersion: group === "core" ? "v1" : "events.k8s.io/v1" };
   }
   const kind = kindOf[res];
@@ -425,6 +442,7 @@ class TestApiserverImpl implements TestApiserver {
     cutAfterMs: 0,
     buffer: false,
   };
+  readonly #serviceCIDRs: "served" | "notFound" | "forbidden";
   /** Cut timers of the connection-lifetime middlebox, per socket. */
   #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
@@ -435,6 +453,7 @@ class TestApiserverImpl implements TestApiserver {
     this.#port = opts.port ?? 0;
     this.#bookmarkMs = opts.bookmarkIntervalMs ?? 1000;
     this.#expiredAs = opts.expiredWatchAs ?? "status";
+    this.#serviceCIDRs = opts.serviceCIDRs ?? "served";
     this.#ownsCertDir = opts.tlsDir === undefined;
     const f = this.#f;
     this.faults = {
@@ -816,7 +835,21 @@ class TestApiserverImpl implements TestApiserver {
       req.resume();
       return this.#sendUnauthorized(req, res, rec, f.unauthCode, u.pathname);
     }
-    const r = route(u.pathname, this.#port);
+    let r = route(u.pathname, this.#port);
+    const isServiceCIDRs = (r?.t === "collection" || r?.t === "item") && r.kind === "servicecidrs";
+    if (this.#serviceCIDRs === "notFound" && (isServiceCIDRs || u.pathname === PROXY_PREFIX_NETWORKING)) {
+      r = undefined;
+    } else if (this.#serviceCIDRs === "notFound" && u.pathname === "/apis" && r?.t === "static") {
+      const body = r.body as { groups: Array<{ name: string }> };
+      r = {
+        t: "static",
+        body: { ...body, groups: body.groups.filter((g) => g.name !== "networking.k8s.io") },
+      };
+    }
+    if (this.#serviceCIDRs === "forbidden" && isServiceCIDRs && this.#authenticated(req)) {
+      req.resume();
+      return this.#sendUnauthorized(req, res, rec, 403, u.pathname);
+    }
     if (
       r?.t === "static" &&
       (u.pathname === "/healthz" || u.pathname === "/livez" || u.pathname === "/readyz" ||
@@ -913,7 +946,13 @@ class TestApiserverImpl implements TestApiserver {
     const verb = rec.watch ? "watch" : r?.t === "item" ? "get" : "list";
     const msg = resource
       ? `${resource} is forbidden: User "system:kube-proxy" cannot ${verb} resource "${resource}" in API group ` +
-        `"${resource === "endpointslices" ? "discovery.k8s.io" : ""}" at the cluster scope`
+        `"${
+          resource === "endpointslices"
+            ? "discovery.k8s.io"
+            : resource === "servicecidrs"
+            ? "networking.k8s.io"
+            : ""
+        }" at the cluster scope`
       : `forbidden: User "system:kube-proxy" cannot get path "${path}"`;
     return this.#sendStatus(req, res, rec, 403, msg, resource ? { kind: resource } : undefined);
   }
