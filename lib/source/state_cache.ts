@@ -37,7 +37,7 @@ export function encodeState(state: StateSnapshot, nodeName: string, writtenAtMs:
     services: state.services,
     endpointSlices: state.endpointSlices,
     node: state.node,
-    serviceCIDRs: state.serviceCIDRs ?? [],
+    ...(state.serviceCIDRs === undefined ? {} : { serviceCIDRs: state.serviceCIDRs }),
   });
   const bytes = new TextEncoder().encode(payload).length;
   const header: StateHeader = {
@@ -121,7 +121,7 @@ export function decodeState(text: string, nodeName: string, nowMs: number): Load
       endpointSlices: b.endpointSlices,
       node: b.node ?? null,
       // Files written before ServiceCIDRs were cached have none.
-      serviceCIDRs: b.serviceCIDRs ?? [],
+      ...(b.serviceCIDRs === undefined ? {} : { serviceCIDRs: b.serviceCIDRs }),
     },
     header,
     ageMs: Number.isFinite(writtenMs) ? Math.max(0, nowMs - writtenMs) : 0,

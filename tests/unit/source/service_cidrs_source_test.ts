@@ -3,11 +3,12 @@
  * ServiceCIDR config into one CIDR list: list and watch (and poll mode) deliver adds, updates and deletes;
  * an apiserver without the API (404) or RBAC without it (403) does not hold the source's `synced` (the
  * first sync), and is retried; the source does not ask for them unless told to (the modes other than
- * nftables). Also the ServiceCIDR config alone: union, normalisation, bad values.
+ * nftables). --manifests reads them; the StateStore drops ServiceCIDRs only a state cache knew once the
+ * live list is complete. Also the ServiceCIDR config alone: union, normalisation, bad values.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startTestApiserver, type TestApiserverOptions } from "../../support/apiserver.ts";
@@ -24,6 +25,7 @@ import {
   withServiceCIDRConfig,
 } from "../../../lib/source/service_cidrs.ts";
 import { decodeState, encodeState } from "../../../lib/source/state_cache.ts";
+import { startManifestsSource } from "../../../lib/source/manifests.ts";
 
 const noop = () => {};
 /** Handlers that record only the CIDR lists they are told. */
@@ -249,5 +251,59 @@ describe("ServiceCIDR config", () => {
         problems: ['ServiceCIDR "x": spec.cidrs: "10.0.0.0/8" is not a list; ignored'],
       },
     );
+  });
+});
+
+describe("ServiceCIDRs from --manifests and the state cache", () => {
+  it("--manifests delivers ServiceCIDR documents and lists (cluster-scoped, no proxy label needed)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "edgeproxy-cidr-m-"));
+    try {
+      await writeFile(
+        join(dir, "cidrs.yaml"),
+        "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes, namespace: ignored}\n" +
+          "spec: {cidrs: [10.96.0.0/16]}\n---\napiVersion: networking.k8s.io/v1\nkind: ServiceCIDRList\n" +
+          "items: [{metadata: {name: extra}, spec: {cidrs: [10.100.0.0/24, bad]}}]\n---\n" +
+          "apiVersion: networking.k8s.io/v1beta1\nkind: ServiceCIDR\nmetadata: {name: old}\nspec: {cidrs: [10.1.0.0/16]}\n",
+      );
+      const rec = recorder();
+      const warnings: string[] = [];
+      const src = startManifestsSource(
+        dir,
+        new StateStore(withServiceCIDRConfig(rec, (m) => warnings.push(m))),
+        {
+          nodeName: "edge-1",
+          warn: (m) => warnings.push(m),
+          pollIntervalMs: 60_000,
+        },
+      );
+      src.stop();
+      assert.deepEqual(rec.lists.at(-1), ["10.100.0.0/24", "10.96.0.0/16"]);
+      assert.ok(
+        warnings.includes('ServiceCIDR "extra": spec.cidrs[1]: "bad" is not a valid CIDR; ignored'),
+        warnings.join("\n"),
+      );
+      assert.ok(
+        warnings.some((w) => /ServiceCIDR: apiVersion "networking.k8s.io\/v1beta1" is not supported/.test(w)),
+        warnings.join("\n"),
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("cached ServiceCIDRs are programmed until the live list, which removes those gone meanwhile", () => {
+    const rec = recorder();
+    const store = new StateStore(withServiceCIDRConfig(rec, noop));
+    store.loadFromCache({
+      services: [],
+      endpointSlices: [],
+      node: null,
+      serviceCIDRs: [cidr("kubernetes", ["10.96.0.0/16"]), cidr("gone", ["10.200.0.0/16"])],
+    });
+    assert.deepEqual(rec.lists.at(-1), ["10.200.0.0/16", "10.96.0.0/16"]);
+    store.onServiceCIDRAdd(cidr("kubernetes", ["10.96.0.0/16"]));
+    store.onServiceCIDRsSynced();
+    assert.deepEqual(rec.lists.at(-1), ["10.96.0.0/16"]);
+    assert.deepEqual(store.snapshot().serviceCIDRs?.map((c) => c.metadata?.name), ["kubernetes"]);
   });
 });
