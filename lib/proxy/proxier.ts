@@ -238,7 +238,9 @@ export class Proxier implements ProxyHandlers {
    * uses them.
    */
   onServiceCIDRsChanged(cidrs: readonly string[]): void {
-    const ours = cidrs.filter((c) => (ipVersion(c.slice(0, c.indexOf("/"))) === 6) === (this.family === "IPv6"));
+    const ours = cidrs.filter((c) =>
+      (ipVersion(c.slice(0, c.indexOf("/"))) === 6) === (this.family === "IPv6")
+    );
     if (ours.join(",") === this.#serviceCIDRs.join(",")) return;
     this.#serviceCIDRs = ours;
     if (this.#initialized) this.sync();

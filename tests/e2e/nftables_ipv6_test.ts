@@ -96,7 +96,7 @@ describe("edgeproxy agent e2e: --proxy-mode nftables over IPv6 (dual-stack node)
       },
       addressType: "IPv6",
       ports: [{ name: "http", port: ECHO6, protocol: "TCP" }, { name: "dns", port: ECHO6, protocol: "UDP" }],
-      endpoints: c.localPods.map((p, i) => ({
+      endpoints: c.localPods.map((_p, i) => ({
         addresses: [e2ePodIPv6(i)],
         conditions: { ready: true, serving: true, terminating: false },
         nodeName: c.nodeName,
