@@ -160,16 +160,16 @@ describe("ServiceCIDR source", () => {
     });
   }
 
-  for (const how of ["notFound", "forbidden"] as const) {
+  for (const [how, mode] of [["notFound", "watch"], ["forbidden", "watch"], ["notFound", "poll"]] as const) {
     it(
-      `an apiserver answering ${
+      `${mode}: an apiserver answering ${
         how === "notFound" ? 404 : 403
       } for servicecidrs does not hold the first sync; it is retried`,
       {
         timeout: 30_000,
       },
       async () => {
-        const h = await harness({ serviceCIDRs: how }, { mode: "watch", serviceCIDRs: true });
+        const h = await harness({ serviceCIDRs: how }, { mode, serviceCIDRs: true });
         try {
           await h.src.synced;
           assert.equal(h.store.liveSynced, true);
