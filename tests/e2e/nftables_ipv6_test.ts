@@ -32,6 +32,8 @@ const EMPTY6 = "fd00:10:96::20";
 const SVC4 = "10.96.0.10";
 const NODE_PORT = 30080;
 const NODE_PORT_UDP = 30053;
+const EMPTY_NODE_PORT = 30081;
+const EMPTY_NODE_PORT_UDP = 30054;
 
 /** A reply's id, or "refused" / "timeout" / "error". */
 function outcome(r: EchoResult): string {
@@ -40,12 +42,12 @@ function outcome(r: EchoResult): string {
   return "error";
 }
 
-/** An IPv6 single-stack Service. */
-function service6(name: string, clusterIP: string, nodePorts: boolean): Service {
+/** An IPv6 single-stack Service: TCP 80 and UDP 53, NodePorts `tcp`/`udp` when given. */
+function service6(name: string, clusterIP: string, nodePorts?: { tcp: number; udp: number }): Service {
   return {
     metadata: { name, namespace: "default" },
     spec: {
-      type: nodePorts ? "NodePort" : "ClusterIP",
+      type: nodePorts !== undefined ? "NodePort" : "ClusterIP",
       clusterIP,
       clusterIPs: [clusterIP],
       ipFamilies: ["IPv6"],
@@ -57,14 +59,14 @@ function service6(name: string, clusterIP: string, nodePorts: boolean): Service 
           protocol: "TCP",
           port: 80,
           targetPort: ECHO6,
-          ...(nodePorts ? { nodePort: NODE_PORT } : {}),
+          ...(nodePorts ? { nodePort: nodePorts.tcp } : {}),
         },
         {
           name: "dns",
           protocol: "UDP",
           port: 53,
           targetPort: ECHO6,
-          ...(nodePorts ? { nodePort: NODE_PORT_UDP } : {}),
+          ...(nodePorts ? { nodePort: nodePorts.udp } : {}),
         },
       ],
     },
@@ -84,7 +86,7 @@ describe("edgeproxy agent e2e: --proxy-mode nftables over IPv6 (dual-stack node)
     c = await createE2eCluster({ prefix: "nft6", agent: false, ipv6: true });
     podIds = new Set(c.localPods.map((p) => p.id));
     for (const p of c.localPods) await startEchoServer(c.scope, p.ns, { id: p.id, port: ECHO6, host: "::" });
-    c.apiserver.create("services", service6("web6", SVC6, true));
+    c.apiserver.create("services", service6("web6", SVC6, { tcp: NODE_PORT, udp: NODE_PORT_UDP }));
     const slice6: EndpointSlice = {
       metadata: {
         name: "web6-e2e",
@@ -103,7 +105,10 @@ describe("edgeproxy agent e2e: --proxy-mode nftables over IPv6 (dual-stack node)
       })),
     };
     c.apiserver.create("endpointslices", slice6);
-    c.apiserver.create("services", service6("empty6", EMPTY6, false));
+    c.apiserver.create(
+      "services",
+      service6("empty6", EMPTY6, { tcp: EMPTY_NODE_PORT, udp: EMPTY_NODE_PORT_UDP }),
+    );
     // IPv4 beside it.
     c.apiserver.create(
       "services",
@@ -161,11 +166,18 @@ describe("edgeproxy agent e2e: --proxy-mode nftables over IPv6 (dual-stack node)
     assert.ok(udp.every((id) => podIds.has(id)), JSON.stringify(udp));
   });
 
-  it("a Service without endpoints is rejected over IPv6", async () => {
+  it("a Service without endpoints is rejected over IPv6, at its ClusterIP and its NodePort", async () => {
     assert.deepEqual(await ask(EMPTY6, 80), ["refused"]);
-    // The echo client does not see the ICMPv6 error of a UDP reject (it reports no answer): no pod answers.
-    const udp = await ask(EMPTY6, 53, "udp");
-    assert.ok(!podIds.has(udp[0]), JSON.stringify(udp));
+    assert.deepEqual(await ask(A6.nodeIP, EMPTY_NODE_PORT), ["refused"]);
+    // The echo client does not see the ICMPv6 error of a UDP reject (it reports no answer); the node's
+    // ICMPv6 counters show it sent one per request (a drop would send none).
+    const sentBefore = await icmp6Unreachables(c);
+    const udp = [...await ask(EMPTY6, 53, "udp"), ...await ask(A6.nodeIP, EMPTY_NODE_PORT_UDP, "udp")];
+    assert.ok(udp.every((r) => !podIds.has(r)), JSON.stringify(udp));
+    assert.ok((await icmp6Unreachables(c)) - sentBefore >= 2, "the node rejected both UDP requests");
+    const table = await c.node.execOk(["nft", "list", "table", "ip6", "kube-proxy"]);
+    assert.match(table, /fd00:10:96::20 \. udp \. 53 comment "default\/empty6:dns" : goto reject-chain/);
+    assert.match(table, /udp \. 30054 comment "default\/empty6:dns" : goto reject-chain/);
     assert.deepEqual(await ask(SVC6, 81), ["refused"], "an unused port of an IPv6 ClusterIP is rejected");
   });
 
@@ -173,3 +185,10 @@ describe("edgeproxy agent e2e: --proxy-mode nftables over IPv6 (dual-stack node)
     assert.deepEqual(await ask(SVC4, 80), [c.localPods[0].id]);
   });
 });
+
+/** Destination-unreachable ICMPv6 messages the node namespace has sent so far (/proc/net/snmp6). */
+async function icmp6Unreachables(c: E2eCluster): Promise<number> {
+  const snmp = await c.node.execOk(["cat", "/proc/net/snmp6"]);
+  const line = snmp.split("\n").find((l) => l.startsWith("Icmp6OutDestUnreachs"));
+  return Number(line?.trim().split(/\s+/)[1] ?? NaN);
+}

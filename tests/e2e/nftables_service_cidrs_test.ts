@@ -97,15 +97,23 @@ describe("edgeproxy agent e2e: nftables mode drops traffic to unallocated Cluste
     assert.equal(await ask(SVC_IP, 80), "reply:pod1");
     assert.equal(await ask(SVC_IP, 53, "udp"), "reply:pod1");
     assert.equal(await ask(SVC_IP, 81), "refused", "allocated ClusterIP, unused port: rejected");
-    // The echo client does not see the ICMP error of a UDP reject here (it reports no answer); what counts
-    // is that the node stopped the packet (it did not reach "lan").
+    // The echo client does not see the ICMP error of a UDP reject (it reports no answer); the node's ICMP
+    // counters show it sent one (a drop sends none), and the packet did not reach "lan".
+    const sentBefore = await icmpUnreachables(c);
     assert.notEqual(
       await ask(SVC_IP, 54, "udp"),
       "reply:lan",
       "allocated ClusterIP, unused UDP port: stopped",
     );
+    assert.equal(
+      (await icmpUnreachables(c)) - sentBefore,
+      1,
+      "allocated ClusterIP, unused UDP port: rejected",
+    );
+    const sentBeforeDrop = await icmpUnreachables(c);
     assert.equal(await ask(UNALLOCATED_A, 80), "timeout", "unallocated address in the CIDR: dropped");
     assert.equal(await ask(UNALLOCATED_A, 53, "udp"), "timeout");
+    assert.equal((await icmpUnreachables(c)) - sentBeforeDrop, 0, "unallocated: dropped, not rejected");
     // Outside the ServiceCIDR the rule does nothing: the packet is routed on.
     assert.equal(await ask(UNALLOCATED_B, 80), "reply:lan", "outside the CIDR: not dropped by the rule");
   });
@@ -139,4 +147,13 @@ async function partialSyncs(c: E2eCluster): Promise<number> {
     l.startsWith('kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"}')
   );
   return line === undefined ? 0 : Number(line.split(" ").at(-1));
+}
+
+/** Destination-unreachable ICMP messages the node namespace has sent so far (/proc/net/snmp). */
+async function icmpUnreachables(c: E2eCluster): Promise<number> {
+  const lines = (await c.node.execOk(["cat", "/proc/net/snmp"])).split("\n").filter((l) =>
+    l.startsWith("Icmp:")
+  );
+  const [names, values] = lines.map((l) => l.trim().split(/\s+/));
+  return Number(values[names.indexOf("OutDestUnreachs")]);
 }
