@@ -4,7 +4,8 @@
  * `cluster-ips-check` rules from them. Real traffic from the external client proves: an allocated ClusterIP
  * answers; an allocated ClusterIP on a port no Service uses is rejected; an unallocated address inside the
  * ServiceCIDR is dropped (no answer at all); an address outside it is not touched by the rule. Changing the
- * ServiceCIDR moves the drop to the new range (a partial sync), and deleting it removes the rule.
+ * ServiceCIDR moves the drop to the new range (a partial sync), and deleting it removes the rule. The state
+ * cache carries ServiceCIDRs: an offline restart programs the drop rule before the apiserver is back.
  *
  * To tell "dropped by the rule" from "routed on and lost", the lan namespace (the node's default route)
  * takes both ranges as local addresses and runs echo servers there: a packet the node lets through is
@@ -13,6 +14,9 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   createE2eCluster,
   E2E_ADDRS as A,
@@ -41,6 +45,15 @@ describe("edgeproxy agent e2e: nftables mode drops traffic to unallocated Cluste
   skip: skip || undefined,
 }, () => {
   let c: E2eCluster;
+  let stateDir: string;
+  const start = (extra: string[] = [], waitReady = true) =>
+    c.startAgent({
+      stateDir,
+      syncPeriod: "30s",
+      verbosity: 4,
+      extraArgs: ["--proxy-mode", "nftables", ...extra],
+      waitReady,
+    });
 
   const ask = async (host: string, port: number, proto: "tcp" | "udp" = "tcp") =>
     outcome((await c.request(c.client, { host, port, proto, count: 1, timeoutMs: 1200 }))[0]);
@@ -49,6 +62,7 @@ describe("edgeproxy agent e2e: nftables mode drops traffic to unallocated Cluste
       .filter((l) => l.includes("daddr")).map((l) => l.trim().replace(/ comment .*/, ""));
 
   before(async () => {
+    stateDir = await mkdtemp(join(tmpdir(), "edgeproxy-nftc-state-"));
     c = await createE2eCluster({ prefix: "nftc", agent: false });
     c.apiserver.create(
       "services",
@@ -81,11 +95,12 @@ describe("edgeproxy agent e2e: nftables mode drops traffic to unallocated Cluste
     await c.lan.execOk(["ip", "route", "add", "default", "via", A.nodeIP]);
     await c.lan.execOk(["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"]);
     for (const port of [80, 81, 53, 54]) await startEchoServer(c.scope, c.lan, { id: "lan", port });
-    await c.startAgent({ syncPeriod: "30s", verbosity: 4, extraArgs: ["--proxy-mode", "nftables"] });
+    await start();
   });
 
   after(async () => {
     await c?.teardown();
+    if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
   it("writes the drop rule from the ServiceCIDR; allocated answers, unused port rejected, unallocated dropped", async () => {
@@ -137,6 +152,35 @@ describe("edgeproxy agent e2e: nftables mode drops traffic to unallocated Cluste
     await pollUntil(checkRules, (r) => r.length === 1, { timeoutMs: 5_000, what: "drop rule removed" });
     assert.equal(await ask(UNALLOCATED_B, 80), "reply:lan", "no ServiceCIDR: nothing dropped");
     assert.equal(await ask(SVC_IP, 81), "refused", "unused ports of ClusterIPs are still rejected");
+  });
+
+  it("an offline restart programs the drop rule from the state cache", async () => {
+    c.apiserver.create("servicecidrs", {
+      metadata: { name: "kubernetes" },
+      spec: { cidrs: ["10.96.0.0/16"] },
+    });
+    await pollUntil(checkRules, (r) => r.length === 2, { timeoutMs: 5_000, what: "drop rule back" });
+    // The cache writer coalesces writes (at most one per 10 s): wait for the one holding the ServiceCIDR.
+    await pollUntil(
+      () => readFile(join(stateDir, "state.json"), "utf8").catch(() => ""),
+      (text) => text.includes('"10.96.0.0/16"'),
+      { timeoutMs: 20_000, what: "the state cache holding the ServiceCIDR" },
+    );
+    await c.agent!.stop("SIGKILL");
+    await c.node.execOk(["nft", "flush", "ruleset"]);
+    await c.apiserverLink.cut();
+    try {
+      await start(["--cache-start-deadline", "1s"], false);
+      await pollUntil(checkRules, (r) => r.includes("ip daddr 10.96.0.0/16 drop"), {
+        timeoutMs: 10_000,
+        what: "drop rule from the state cache",
+      });
+      assert.match(c.agent!.logs(), /from the state cache written/);
+      assert.equal(await ask(UNALLOCATED_A, 80), "timeout", "dropped while the apiserver is away");
+      assert.equal(await ask(SVC_IP, 80), "reply:pod1");
+    } finally {
+      await c.apiserverLink.restore();
+    }
   });
 });
 
