@@ -1,5 +1,7 @@
 /**
  * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts):
+ * under Bun, our own netlink batches (netlink/batch.ts, lib/runtime/nft_batch_socket.ts), which read no
+ * kernel state before committing; for a transaction with a statement the encoder does not know,
  * libnftables in-process (lib/runtime/libnftables.ts) under Bun, which spares each
  * transaction the `nft` process start and library set-up; `nft -f -`, one process per transaction,
  * elsewhere (Deno) and for large transactions (a first sync's chunks), so a long commit never blocks
@@ -12,6 +14,9 @@
 import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
+import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
+import { encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 
 /**
  * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
@@ -28,7 +33,7 @@ export interface NftTransactionRunner {
 }
 
 /** Which writer a transaction went through. */
-export type NftWriterKind = "libnftables" | "nft -f -";
+export type NftWriterKind = "netlink" | "libnftables" | "nft -f -";
 
 /** Options of {@link openNftSession}. */
 export interface NftSessionOptions {
@@ -40,6 +45,13 @@ export interface NftSessionOptions {
   readonly netnsPath?: string;
   /** Use libnftables when available (default true); false: always `nft -f -`. */
   readonly libnftables?: boolean;
+  /**
+   * Commit through our own netlink batches when available (default true): no cache read before a
+   * transaction. A transaction with a statement the encoder does not know goes to the other writers.
+   */
+  readonly netlink?: boolean;
+  /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
+  readonly onFallback?: (reason: string) => void;
   /**
    * Transactions of at least this many bytes go to `nft -f -` (default 256 KiB): they commit for long
    * enough that blocking the event loop would matter, and a process start is then noise.
@@ -70,12 +82,20 @@ export class NftSession implements NftTransactionRunner {
   #queue: Promise<void> = Promise.resolve();
   #closed = false;
   /** Transactions applied per writer (for logs and benchmarks). */
-  readonly counts: Record<NftWriterKind, number> = { "libnftables": 0, "nft -f -": 0 };
+  readonly counts: Record<NftWriterKind, number> = { "netlink": 0, "libnftables": 0, "nft -f -": 0 };
+  /** Transactions the netlink encoder could not translate (they went to libnftables or nft). */
+  fallbacks = 0;
+  #seq = 1;
 
-  constructor(readonly options: NftSessionOptions, readonly lib: LibNftablesContext | null) {}
+  constructor(
+    readonly options: NftSessionOptions,
+    readonly lib: LibNftablesContext | null,
+    readonly netlink: NftBatchSocket | null = null,
+  ) {}
 
   /** The writer small transactions go through. */
   get writer(): NftWriterKind {
+    if (this.netlink !== null) return "netlink";
     return this.lib === null ? "nft -f -" : "libnftables";
   }
 
@@ -91,6 +111,7 @@ export class NftSession implements NftTransactionRunner {
 
   async #apply(transaction: string): Promise<void> {
     if (transaction === "") return;
+    if (this.netlink !== null && this.#applyNetlink(this.netlink, transaction)) return;
     const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {
       const r = this.lib.run(transaction);
@@ -110,20 +131,73 @@ export class NftSession implements NftTransactionRunner {
     this.counts["nft -f -"]++;
   }
 
-  /** Waits for queued transactions, then frees the libnftables context. */
+  /**
+   * Commits `transaction` as one netlink batch; false when the encoder does not know one of its
+   * statements (nothing was sent). Throws an NftTransactionError naming the refused statement.
+   */
+  #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
+    let messages;
+    try {
+      messages = encodeTransaction(transaction);
+    } catch (e) {
+      if (!(e instanceof NftNetlinkUnsupported)) throw e;
+      this.fallbacks++;
+      this.options.onFallback?.(`${e.what} in: ${e.statement}`);
+      return false;
+    }
+    if (messages.length === 0) return true;
+    const batch = frameBatch(messages, this.#seq);
+    this.#seq = (batch.lastSeq + 2) % 0x7fffffff || 1;
+    const outcome = socket.commit(batch.bytes, batch.lastSeq);
+    if (outcome.errors.length > 0 || !outcome.acknowledged) {
+      const lines = outcome.errors.map((e) =>
+        `Error: ${errnoText(e.errno)} (errno ${e.errno}): ${batch.statementOf(e.seq) ?? `message ${e.seq}`}`
+      );
+      if (lines.length === 0) lines.push("Error: the kernel did not acknowledge the batch");
+      throw new NftTransactionError("netlink", lines.join("\n"), transaction);
+    }
+    this.counts["netlink"]++;
+    return true;
+  }
+
+  /** Waits for queued transactions, then frees the libnftables context and the netlink socket. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     await this.#queue;
     this.lib?.close();
+    this.netlink?.close();
   }
 }
 
+/** strerror of the errnos nf_tables answers with (nft prints the same texts). */
+function errnoText(errno: number): string {
+  const texts: Record<number, string> = {
+    1: "Operation not permitted",
+    2: "No such file or directory",
+    12: "Cannot allocate memory",
+    16: "Device or resource busy",
+    17: "File exists",
+    22: "Invalid argument",
+    28: "No space left on device",
+    34: "Numerical result out of range",
+    90: "Message too long",
+    95: "Operation not supported",
+    105: "No buffer space available",
+  };
+  return texts[errno] ?? "Unknown error";
+}
+
 /**
- * Opens a session: with libnftables in-process when available and allowed, otherwise one
- * `nft -f -` per transaction.
+ * Opens a session: our netlink batches when available and allowed, with libnftables in-process (or one
+ * `nft -f -` per transaction) for what the encoder does not know and for large transactions of other
+ * writers.
  */
 export async function openNftSession(options: NftSessionOptions = {}): Promise<NftSession> {
   const lib = options.libnftables === false ? null : await openLibNftables({ netnsPath: options.netnsPath });
-  return new NftSession(options, lib);
+  const netlink = options.netlink === false
+    ? null
+    : await openNftBatchSocket({ netnsPath: options.netnsPath })
+      .catch(() => null);
+  return new NftSession(options, lib, netlink);
 }

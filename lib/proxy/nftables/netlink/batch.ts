@@ -7,9 +7,14 @@
  */
 import {
   attr,
+  batchBegin,
+  batchEnd,
   be32Attr,
   be64Attr,
+  concat,
   nest,
+  nftMessage,
+  NLM_F_ACK,
   NLM_F_APPEND,
   NLM_F_CREATE,
   NLM_F_REQUEST,
@@ -233,7 +238,10 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
       if (timeout !== null) attrs.push(be64Attr(11, timeout * 1000));
       if (isMap) attrs.push(attr(13, verdictMapUdata(fields!, comment)));
       else {
-        const entries: [number, Uint8Array][] = [[0, udataU32(fields!.length === 1 ? fields![0].byteorder : 0)]];
+        const entries: [number, Uint8Array][] = [[
+          0,
+          udataU32(fields!.length === 1 ? fields![0].byteorder : 0),
+        ]];
         if (comment !== null) entries.push([7, udataString(comment)]);
         attrs.push(attr(13, udata(entries)));
       }
@@ -372,4 +380,33 @@ function knownContainer(name: string, family: "ip" | "ip6"): { fields: NftDataty
       return { fields: keyFields("inet_proto . inet_service")!, map: true };
   }
   return null;
+}
+
+/** A framed batch: its bytes and the statement of each sequence number. */
+export interface FramedBatch {
+  readonly bytes: Uint8Array;
+  /** Sequence number of the last message (it carries NLM_F_ACK). */
+  readonly lastSeq: number;
+  /** The statement of a message's sequence number, or undefined. */
+  statementOf(seq: number): string | undefined;
+}
+
+/**
+ * Frames `messages` into one NFNL batch, sequence numbers from `firstSeq`: BATCH_BEGIN, the messages
+ * (the last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END.
+ */
+export function frameBatch(messages: readonly NftBatchMessage[], firstSeq: number): FramedBatch {
+  const parts: Uint8Array[] = [batchBegin(firstSeq)];
+  const base = firstSeq + 1;
+  messages.forEach((m, k) => {
+    const flags = k === messages.length - 1 ? m.flags | NLM_F_ACK : m.flags;
+    parts.push(nftMessage(m.msg, flags, base + k, m.family, m.attrs));
+  });
+  const lastSeq = base + messages.length - 1;
+  parts.push(batchEnd(lastSeq + 1));
+  return {
+    bytes: concat(parts),
+    lastSeq,
+    statementOf: (seq) => messages[seq - base]?.statement,
+  };
 }

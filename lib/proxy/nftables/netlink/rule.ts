@@ -9,8 +9,8 @@ import {
   cmp,
   CMP_EQ,
   CMP_NEQ,
-  ctLoad,
   CT_STATE,
+  ctLoad,
   dnat,
   dynsetUpdate,
   fib,
@@ -30,10 +30,10 @@ import {
   payload,
   PAYLOAD_NETWORK,
   PAYLOAD_TRANSPORT,
+  reg32,
   REG_1,
   REG_2,
   REG_VERDICT,
-  reg32,
   reject,
   VERDICT,
   type Verdict,
@@ -247,8 +247,9 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Ui
         const op = next();
         const value = Number(next());
         if (!Number.isInteger(value)) fail(`mark value ${JSON.stringify(tokens[i - 1])}`);
-        if (op === "or") out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(~value), hostU32(value), true));
-        else if (op === "xor") {
+        if (op === "or") {
+          out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(~value), hostU32(value), true));
+        } else if (op === "xor") {
           out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(0xffffffff), hostU32(value), true));
         } else fail(`mark operator ${JSON.stringify(op)}`);
         out.push(metaSet(m, REG_1));
@@ -321,7 +322,10 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Ui
         fail(`dnat target ${JSON.stringify(target)}`);
       }
       const port = Number(m![2]);
-      out.push(immediateValue(REG_1, addr!.bytes), immediateValue(REG_2, Uint8Array.of(port >> 8, port & 0xff)));
+      out.push(
+        immediateValue(REG_1, addr!.bytes),
+        immediateValue(REG_2, Uint8Array.of(port >> 8, port & 0xff)),
+      );
       out.push(dnat(NFPROTO[ctx.family], REG_1, REG_2));
       done = true;
       continue;
