@@ -117,7 +117,8 @@ for (const variant of variants) {
       await s.run(`add chain ip t ${"long".repeat(10)}\nadd chain ip t ${"x".repeat(40)}\n`);
       assert.deepEqual(
         s.counts,
-        variant.libnftables ? { "libnftables": 1, "nft -f -": 1 } : {
+        variant.libnftables ? { "netlink": 0, "libnftables": 1, "nft -f -": 1 } : {
+          "netlink": 0,
           "libnftables": 0,
           "nft -f -": 2,
         },
