@@ -151,7 +151,9 @@ export class NftSession implements NftTransactionRunner {
     const outcome = socket.commit(batch.bytes, batch.lastSeq);
     if (outcome.errors.length > 0 || !outcome.acknowledged) {
       const lines = outcome.errors.map((e) =>
-        `Error: ${errnoText(e.errno)} (errno ${e.errno}): ${batch.statementOf(e.seq) ?? `message ${e.seq}`}`
+        `Error: ${errnoText(e.errno)} (errno ${e.errno}): ${
+          clip(batch.statementOf(e.seq) ?? `message ${e.seq}`)
+        }`
       );
       if (lines.length === 0) lines.push("Error: the kernel did not acknowledge the batch");
       throw new NftTransactionError("netlink", lines.join("\n"), transaction);
@@ -168,6 +170,11 @@ export class NftSession implements NftTransactionRunner {
     this.lib?.close();
     this.netlink?.close();
   }
+}
+
+/** A statement for an error line: merged element commands run to hundreds of KB. */
+function clip(statement: string): string {
+  return statement.length <= 300 ? statement : `${statement.slice(0, 300)}... (${statement.length} bytes)`;
 }
 
 /** strerror of the errnos nf_tables answers with (nft prints the same texts). */

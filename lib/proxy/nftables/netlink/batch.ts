@@ -33,7 +33,7 @@ import {
   type NftDatatype,
   TYPE_INTEGER,
 } from "./datatypes.ts";
-import { encodeRule } from "./rule.ts";
+import { encodeRule, nextAddress } from "./rule.ts";
 import { NftNetlinkUnsupported } from "./unsupported.ts";
 import {
   CLUSTER_IPS_SET,
@@ -62,6 +62,17 @@ const MSG = {
 /** NFT_SET_* flags. */
 const SET_ANONYMOUS = 0x1;
 const SET_CONSTANT = 0x2;
+const SET_INTERVAL = 0x4;
+/** NFT_SET_ELEM_INTERVAL_END. */
+const ELEM_INTERVAL_END = 0x1;
+/**
+ * The `typeof` user data nft stores for an anonymous set of a header address (payload expression: its
+ * protocol description and field ids), per family and field.
+ */
+const ADDRESS_TYPEOF = {
+  ip: { desc: 12, saddr: 11, daddr: 12, type: "ipv4_addr" },
+  ip6: { desc: 13, saddr: 8, daddr: 9, type: "ipv6_addr" },
+} as const;
 const SET_MAP = 0x8;
 const SET_TIMEOUT = 0x10;
 const SET_EVAL = 0x20;
@@ -123,6 +134,27 @@ function verdictMapUdata(fields: readonly NftDatatype[], comment: string | null)
   ];
   if (comment !== null) entries.push([7, udataString(comment)]);
   return udata(entries);
+}
+
+/** Bytes of encoded elements per NEWSETELEM / DELSETELEM message (the nest's u16 length). */
+const ELEMENT_LIST_BYTES = 60_000;
+
+/** `items` in runs of at most `max` bytes (each run holds at least one item). */
+function chunkBySize(items: readonly Uint8Array[], max: number): Uint8Array[][] {
+  const out: Uint8Array[][] = [];
+  let cur: Uint8Array[] = [];
+  let size = 0;
+  for (const it of items) {
+    if (cur.length > 0 && size + it.length > max) {
+      out.push(cur);
+      cur = [];
+      size = 0;
+    }
+    cur.push(it);
+    size += it.length;
+  }
+  if (cur.length > 0) out.push(cur);
+  return out;
 }
 
 /** Encodes a transaction: the messages in order (without the batch frame). */
@@ -309,6 +341,64 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
           });
           return { name, id };
         },
+        anonymousIntervalSet: (field, ranges) => {
+          const id = nextSetId++;
+          const name = "__set%d";
+          const t = ADDRESS_TYPEOF[fam as "ip" | "ip6"];
+          const dt = keyFields(t.type)![0];
+          const elems: Uint8Array[] = [];
+          const add = (key: Uint8Array, end: boolean) => {
+            const parts = end ? [be32Attr(3, ELEM_INTERVAL_END), dataValue(1, key)] : [dataValue(1, key)];
+            elems.push(nest(elems.length + 1, parts));
+          };
+          // nft's interval encoding: a closing element at address 0 when the first range starts later,
+          // then each range's start and (unless it reaches the last address) the address after its end.
+          const leading = ranges[0][0].some((b) => b !== 0);
+          if (leading) add(new Uint8Array(dt.size), true);
+          for (const [first, last] of ranges) {
+            const after = nextAddress(last);
+            if (after !== null) {
+              add(first, false);
+              add(after, true);
+            } else {
+              // A range up to the last address has no closing element: nft marks its start as open.
+              elems.push(nest(elems.length + 1, [dataValue(1, first), attr(6, udata([[1, udataU32(1)]]))]));
+            }
+          }
+          const typeofData = udata([[0, udataU32(t.desc)], [1, udataU32(t[field])]]);
+          out.push({
+            msg: MSG.NEWSET,
+            flags: NLM_F_REQUEST | NLM_F_CREATE,
+            family,
+            statement: line,
+            attrs: [
+              tableAttr,
+              strAttr(2, name),
+              be32Attr(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL),
+              be32Attr(4, dt.id),
+              be32Attr(5, dt.size),
+              be32Attr(10, id),
+              // nft counts a closing element for every range, also one it leaves out.
+              nest(9, [be32Attr(1, (leading ? 1 : 0) + 2 * ranges.length)]),
+              attr(
+                13,
+                udata([
+                  [0, udataU32(dt.byteorder)],
+                  [2, udataU32(1)],
+                  [3, udata([[0, udataU32(7)], [1, typeofData]])],
+                ]),
+              ),
+            ],
+          });
+          out.push({
+            msg: MSG.NEWSETELEM,
+            flags: NLM_F_REQUEST | NLM_F_CREATE,
+            family,
+            statement: line,
+            attrs: [tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)],
+          });
+          return { name, id };
+        },
       }, line);
       const attrs = [tableAttr, strAttr(2, chain), nest(4, exprs)];
       if (comment !== null) attrs.push(attr(7, udata([[0, udataString(comment)]])));
@@ -352,11 +442,15 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
       }
       elems.push(nest(elems.length + 1, parts));
     }
-    const attrs = [tableAttr, strAttr(2, set)];
     const id = setIds.get(set);
-    if (id !== undefined) attrs.push(be32Attr(4, id));
-    attrs.push(nest(3, elems));
-    push(verb === "add" ? MSG.NEWSETELEM : MSG.DELSETELEM, verb === "add" ? NLM_F_CREATE : 0, attrs);
+    // A netlink attribute's length is 16 bits: the element list of one message stays well below 64 KiB
+    // (nft splits the same way), a long command becomes several messages of one batch.
+    for (const chunk of chunkBySize(elems, ELEMENT_LIST_BYTES)) {
+      const attrs = [tableAttr, strAttr(2, set)];
+      if (id !== undefined) attrs.push(be32Attr(4, id));
+      attrs.push(nest(3, chunk));
+      push(verb === "add" ? MSG.NEWSETELEM : MSG.DELSETELEM, verb === "add" ? NLM_F_CREATE : 0, attrs);
+    }
   }
   return out;
 }

@@ -87,6 +87,7 @@ export function bitwise(
 
 /** Meta keys. */
 export const META_MARK = 3;
+export const META_IIFNAME = 6;
 export const META_L4PROTO = 16;
 
 /** `meta load <key> => reg <dreg>`. */
@@ -107,12 +108,22 @@ export function ctLoad(key: number, dreg: number): Uint8Array {
   return expr("ct", [be32Attr(2, key), be32Attr(1, dreg)]);
 }
 
-/** `lookup reg <sreg> set <set> [dreg <dreg>]`; `setId` for a set added in the same batch. */
-export function lookup(sreg: number, set: string, setId: number | null, dreg: number | null): Uint8Array {
+/**
+ * `lookup reg <sreg> set <set> [dreg <dreg>]`; `setId` for a set added in the same batch; `invert` for
+ * a `!=` match (NFT_LOOKUP_F_INV).
+ */
+export function lookup(
+  sreg: number,
+  set: string,
+  setId: number | null,
+  dreg: number | null,
+  invert = false,
+): Uint8Array {
   const data = [be32Attr(2, sreg)];
   if (dreg !== null) data.push(be32Attr(3, dreg));
   data.push(strAttr(1, set));
   if (setId !== null) data.push(be32Attr(4, setId));
+  if (invert) data.push(be32Attr(5, 1));
   return expr("lookup", data);
 }
 

@@ -21,6 +21,7 @@ import {
   immediateVerdict,
   lookup,
   masq,
+  META_IIFNAME,
   META_L4PROTO,
   META_MARK,
   metaLoad,
@@ -51,6 +52,68 @@ export interface RuleContext {
    * its name and batch id.
    */
   anonymousVerdictMap(verdicts: readonly Verdict[]): { name: string; id: number };
+  /**
+   * Adds an anonymous constant interval set of `ranges` (sorted, merged, inclusive [first, last]
+   * addresses) for a match on address field `field` before the rule; returns its name and batch id.
+   */
+  anonymousIntervalSet(
+    field: "saddr" | "daddr",
+    ranges: readonly (readonly [Uint8Array, Uint8Array])[],
+  ): { name: string; id: number };
+}
+
+/** IFNAMSIZ: interface names are compared as 16 bytes, NUL-padded. */
+const IFNAMSIZ = 16;
+
+/** The inclusive address range of a prefix. */
+function prefixRange(bytes: Uint8Array, prefix: number): [Uint8Array, Uint8Array] {
+  const first = bytes.slice();
+  const last = bytes.slice();
+  for (let b = 0; b < bytes.length; b++) {
+    const bits = prefix - 8 * b;
+    const keep = bits >= 8 ? 0xff : bits <= 0 ? 0 : (0xff << (8 - bits)) & 0xff;
+    first[b] &= keep;
+    last[b] = (first[b] | ~keep) & 0xff;
+  }
+  return [first, last];
+}
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  for (let k = 0; k < a.length; k++) if (a[k] !== b[k]) return a[k] - b[k];
+  return 0;
+}
+
+/** `a` + 1 as an address, or null on overflow past the last address. */
+export function nextAddress(a: Uint8Array): Uint8Array | null {
+  const out = a.slice();
+  for (let k = out.length - 1; k >= 0; k--) {
+    if (out[k] !== 0xff) {
+      out[k]++;
+      return out;
+    }
+    out[k] = 0;
+  }
+  return null;
+}
+
+/** Ranges sorted by start, with overlapping and adjacent ones merged (nft's auto-merge). */
+export function mergeRanges(
+  ranges: readonly (readonly [Uint8Array, Uint8Array])[],
+): [Uint8Array, Uint8Array][] {
+  const sorted = [...ranges].sort((x, y) => compareBytes(x[0], y[0]));
+  const out: [Uint8Array, Uint8Array][] = [];
+  for (const [first, last] of sorted) {
+    const prev = out[out.length - 1];
+    if (prev !== undefined) {
+      const after = nextAddress(prev[1]);
+      if (after === null || compareBytes(first, after) <= 0) {
+        if (compareBytes(last, prev[1]) > 0) prev[1] = last;
+        continue;
+      }
+    }
+    out.push([first, last]);
+  }
+  return out;
 }
 
 /** NFPROTO numbers. */
@@ -154,10 +217,27 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Ui
     }
     let text = next();
     if (text === "{") {
+      const items: string[] = [];
+      for (;;) {
+        const t = next();
+        if (t === "}") break;
+        if (t !== ",") items.push(t);
+      }
+      if (items.length === 0) fail("empty anonymous set");
+      if (items.length > 1) {
+        // An anonymous interval set, looked up (inverted for "!=").
+        const ranges = items.map((x) => {
+          const p = parsePrefix(x, size);
+          if (p === null) fail(`set element ${JSON.stringify(x)}`);
+          return prefixRange(p!.bytes, p!.prefix);
+        });
+        const field = offset === ADDRESS_FIELDS[ctx.family].saddr ? "saddr" : "daddr";
+        const set = ctx.anonymousIntervalSet(field, mergeRanges(ranges));
+        out.push(load(REG_1), lookup(REG_1, set.name, set.id, null, op === CMP_NEQ));
+        return;
+      }
       // nft turns a one-element anonymous set into a plain comparison.
-      text = next();
-      if (peek() !== "}") fail("anonymous set of more than one element");
-      i++;
+      text = items[0];
     }
     const p = parsePrefix(text, size);
     if (p === null) fail(`value ${JSON.stringify(text)}`);
@@ -227,6 +307,22 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Ui
       const s = setRef();
       out.push(lookup(REG_1, s.name, s.id, REG_VERDICT));
       done = true;
+      continue;
+    }
+    if (t === "iifname") {
+      i++;
+      let op = CMP_EQ;
+      if (peek() === "!=") {
+        op = CMP_NEQ;
+        i++;
+      }
+      const name = next();
+      if (!/^[A-Za-z0-9._@-]{1,15}\*?$/.test(name)) fail(`interface name ${JSON.stringify(name)}`);
+      const bytes = new TextEncoder().encode(name.endsWith("*") ? name.slice(0, -1) : name);
+      // A wildcard compares only the prefix; an exact name all of IFNAMSIZ, NUL-padded.
+      const data = name.endsWith("*") ? bytes : new Uint8Array(IFNAMSIZ);
+      if (!name.endsWith("*")) data.set(bytes);
+      out.push(metaLoad(META_IIFNAME, REG_1), cmp(REG_1, op, data));
       continue;
     }
     if (t === "ct") {

@@ -14,6 +14,9 @@ import { type Netns, NetnsScope, netnsUnavailableReason } from "../../../../supp
 import { FakeNftProxier, nftFakeProxierInput } from "../../../../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../../support/tracer.ts";
 import type { IPFamily } from "../../../../../lib/proxy/types.ts";
+import type { NftRenderInput } from "../../../../../lib/proxy/nftables/render/render.ts";
+import { newNodePortAddresses } from "../../../../../lib/proxy/nodeport_addresses.ts";
+import { TEST_NODE_IP, TEST_NODE_IPV6 } from "../../../../support/tracer.ts";
 import { NftTransactionError, openNftSession } from "../../../../../lib/proxy/nftables/nft_session.ts";
 
 const NFT = "/usr/sbin/nft";
@@ -59,7 +62,27 @@ async function applyBoth(p: Awaited<ReturnType<typeof pair>>, tx: string, step: 
   assert.equal(await ruleset(p.viaNetlink), await ruleset(p.viaNft), `${step}: rulesets differ`);
 }
 
-function cluster(family: IPFamily) {
+/**
+ * Renderer settings: upstream's fake proxier, or the other statement forms: local traffic by interface
+ * name (exact or prefix), two ServiceCIDRs, NodePorts on every local address, and (in `cluster`) two
+ * source ranges, one holding the node IP (the LB VIP joins the allowed sources).
+ */
+function settings(family: IPFamily, variant: "upstream" | "other forms", prefix = false): NftRenderInput {
+  const base = nftFakeProxierInput(family);
+  if (variant === "upstream") return base;
+  const v6 = family === "IPv6";
+  return {
+    ...base,
+    localDetector: prefix ? { mode: "InterfaceNamePrefix", prefix: "veth" } : {
+      mode: "BridgeInterface",
+      interfaceName: "cbr0",
+    },
+    serviceCIDRs: v6 ? ["fd00:10:96::/112", "fd00:10:97::/112"] : ["172.30.0.0/16", "10.96.0.0/12"],
+    nodePortAddresses: newNodePortAddresses(family, []),
+  };
+}
+
+function cluster(family: IPFamily, variant: "upstream" | "other forms" = "upstream") {
   const v6 = family === "IPv6";
   const ip = (v4: string, n6: string) => (v6 ? n6 : v4);
   const web = makeServicePort("ns1", "web", { clusterIP: ip("172.30.0.41", "fd00:10:96::41") });
@@ -67,7 +90,11 @@ function cluster(family: IPFamily) {
     clusterIP: ip("172.30.0.42", "fd00:10:96::42"),
     nodePort: 3001,
     loadBalancerVIPs: [ip("1.2.3.4", "2001:db8:5::4")],
-    loadBalancerSourceRanges: [ip("203.0.113.0/25", "2001:db8:7::/64")],
+    loadBalancerSourceRanges: variant === "upstream" ? [ip("203.0.113.0/25", "2001:db8:7::/64")] : [
+      ip("203.0.113.0/25", "2001:db8:7::/64"),
+      v6 ? `${TEST_NODE_IPV6}/128` : `${TEST_NODE_IP}/24`,
+      ip("203.0.113.128/25", "2001:db8:7:1::/64"),
+    ],
     externalIPs: [ip("192.168.99.22", "2001:db8:99::22")],
     externalPolicyLocal: true,
     stickyMaxAgeSeconds: 10800,
@@ -96,14 +123,21 @@ function cluster(family: IPFamily) {
   return { web, lb, dns, empty, eps };
 }
 
-for (const family of ["IPv4", "IPv6"] as const) {
-  test(`netlink batches and nft -f - leave equal rulesets: full and partial syncs (${family})`, {
+const cases = [
+  ["IPv4", "upstream", false],
+  ["IPv6", "upstream", false],
+  ["IPv4", "other forms", false],
+  ["IPv6", "other forms", true],
+] as const;
+for (const [family, variant, prefix] of cases) {
+  test(`netlink batches and nft -f - leave equal rulesets: full and partial syncs (${family}, ${variant})`, {
     skip: skip || false,
   }, async () => {
-    const p = await pair(family === "IPv6" ? "6" : "4");
+    const p = await pair(`${family === "IPv6" ? "6" : "4"}${variant === "upstream" ? "u" : "o"}`);
     try {
-      const c = cluster(family);
-      const fp = new FakeNftProxier(nftFakeProxierInput(family), true);
+      const c = cluster(family, variant);
+      const input = settings(family, variant, prefix);
+      const fp = new FakeNftProxier(input, true);
       const sync = async (step: string) => {
         const r = fp.sync();
         await applyBoth(p, fp.lastDeletion, `${step} (stale deletion)`);
@@ -116,6 +150,13 @@ for (const family of ["IPv4", "IPv6"] as const) {
       fp.setEndpoints(c.dns, c.eps.dns);
       const first = await sync("first full sync");
       assert.match(first.transaction, /^add table /m);
+      if (variant !== "upstream") {
+        // The forms this variant is for.
+        assert.match(first.transaction, /iifname /);
+        assert.match(first.transaction, /saddr != \{ [^}]*,/);
+        assert.match(first.transaction, /daddr \{ [^}]*,[^}]*\} drop/);
+        assert.match(first.transaction, /fib daddr type local/);
+      }
       // One endpoint added, then removed: endpoint chains, the service chain's numgen vmap, map elements.
       fp.setEndpoints(c.web, [...c.eps.web, c.eps.extra]);
       const added = await sync("one endpoint added");
@@ -132,7 +173,7 @@ for (const family of ["IPv4", "IPv6"] as const) {
       fp.setEndpoints(c.empty, [c.eps.extra]);
       await sync("endpoints for an empty service");
       // A fresh process's full sync over the existing table (base chains re-created).
-      const again = new FakeNftProxier(nftFakeProxierInput(family), false);
+      const again = new FakeNftProxier(input, false);
       for (const s of [c.web, c.dns, c.empty]) again.setService(s);
       again.setEndpoints(c.web, c.eps.web);
       again.setEndpoints(c.dns, c.eps.dns);
@@ -144,6 +185,29 @@ for (const family of ["IPv4", "IPv6"] as const) {
     }
   });
 }
+
+test("a command of more elements than one netlink message holds (64 KiB) is split, same ruleset", {
+  skip: skip || false,
+}, async () => {
+  const p = await pair("big");
+  try {
+    const elements = Array.from(
+      { length: 1500 },
+      (_, k) => `10.${k >> 8}.${k & 255}.1 . tcp . 80 : goto service-${"x".repeat(40)}`,
+    );
+    const tx = [
+      "add table ip kube-proxy",
+      `add chain ip kube-proxy service-${"x".repeat(40)}`,
+      "add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }",
+      `add element ip kube-proxy service-ips { ${elements.join(", ")} }`,
+      "",
+    ].join("\n");
+    assert.ok(tx.length > 100_000);
+    await applyBoth(p, tx, "large element command");
+  } finally {
+    await p.session.close();
+  }
+});
 
 test("a statement the netlink encoder does not know falls back to nft, with the same result", {
   skip: skip || false,
@@ -162,11 +226,11 @@ test("a statement the netlink encoder does not know falls back to nft, with the 
   try {
     await s2.run("add table ip kube-proxy\nadd chain ip kube-proxy c\n");
     assert.equal(s2.counts["netlink"], 1);
-    await s2.run("add rule ip kube-proxy c iifname eth0 drop\n");
+    await s2.run("add rule ip kube-proxy c oifname eth0 drop\n");
     assert.equal(s2.fallbacks, 1);
     assert.equal(s2.counts["nft -f -"], 1);
-    assert.match(fallbacks[0], /iifname/);
-    assert.match(await ns.execOk([NFT, "list", "chain", "ip", "kube-proxy", "c"]), /iifname "eth0" drop/);
+    assert.match(fallbacks[0], /oifname/);
+    assert.match(await ns.execOk([NFT, "list", "chain", "ip", "kube-proxy", "c"]), /oifname "eth0" drop/);
   } finally {
     await session.close();
     await s2.close();
