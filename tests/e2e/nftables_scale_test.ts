@@ -18,6 +18,7 @@ import { nftablesHost } from "../../lib/proxy/nftables/host.ts";
 import { NftGenerationTracker } from "../../lib/proxy/nftables/generation.ts";
 import { openNftNetlink } from "../../lib/runtime/nft_netlink.ts";
 import { createNftRunner } from "../../lib/proxy/nftables/runner.ts";
+import { openNftSession } from "../../lib/proxy/nftables/nft_session.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
@@ -46,7 +47,19 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
   });
 
   it("first sync, one-endpoint change, drift check: figures", { timeout: 300_000 }, async () => {
-    const runner = createNftRunner([IP_BIN, "netns", "exec", ns.name, "nft"]);
+    const prefix = [IP_BIN, "netns", "exec", ns.name];
+    // Transactions through the session the agent uses (netlink batches under Bun; EDGEPROXY_NFT_WRITER=nft
+    // for one `nft -f -` per transaction, as before the session).
+    const viaNft = process.env.EDGEPROXY_NFT_WRITER === "nft";
+    const session = viaNft ? null : await openNftSession({
+      commandPrefix: prefix,
+      netnsPath: `/var/run/netns/${ns.name}`,
+      timeoutMs: 600_000,
+    });
+    const plain = createNftRunner([...prefix, "nft"]);
+    const runner = session === null
+      ? plain
+      : { ...plain, run: (tx: string | readonly string[]) => session.run(tx) };
     const reader = await openNftNetlink({ netnsPath: `/var/run/netns/${ns.name}` });
     const backend = new NftablesBackend({
       family: "IPv4",
@@ -113,9 +126,12 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
     await ns.execOk(["nft", "flush", "chain", "ip", "kube-proxy", "services"]);
     assert.match(String(await backend.checkDrift()), /chain services has 0 rules/);
     reader?.close();
+    await session?.close();
 
     console.log(
-      `nftables, ${N} Services x 5 endpoints: first sync ${firstMs.toFixed(0)} ms (${full.bytes} bytes); ` +
+      `nftables, ${N} Services x 5 endpoints (writer: ${session?.writer ?? "nft -f -"}${
+        session === null ? "" : `, ${session.fallbacks} fallbacks`
+      }): first sync ${firstMs.toFixed(0)} ms (${full.bytes} bytes); ` +
         `one-endpoint change sync->committed median ${median(partial).toFixed(1)} ms (${bytes} bytes); ` +
         `drift check median ${median(drift).toFixed(1)} ms ` +
         `(${reader === null ? "table read" : "generation id"}), after a foreign commit ${
