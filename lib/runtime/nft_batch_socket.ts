@@ -6,8 +6,7 @@
  * commit (nft 1.0.6 reads every chain and set of the table first: most of a small change's cost at 10k
  * Services). Bun only: elsewhere `openNftBatchSocket` returns null and callers use nft.
  */
-import { type BunFfi, enterNetns, type Pointer } from "./libnftables.ts";
-import { netlinkMessages } from "./nft_netlink.ts";
+import { netlinkMessages, openNetfilterSocket, SO_RCVBUFFORCE, SO_SNDBUFFORCE } from "./nft_netlink.ts";
 
 /** What the kernel answered for one batch: the errno of every refused message, by sequence number. */
 export interface NftBatchOutcome {
@@ -27,14 +26,6 @@ export interface NftBatchSocket {
   close(): void;
 }
 
-const AF_NETLINK = 16;
-const SOCK_RAW = 3;
-const SOCK_CLOEXEC = 0o2000000;
-const NETLINK_NETFILTER = 12;
-const SOL_SOCKET = 1;
-const SO_SNDBUFFORCE = 32;
-const SO_RCVBUFFORCE = 33;
-const MSG_DONTWAIT = 0x40;
 const NLMSG_ERROR = 2;
 /** Receive buffer: error messages echo the refused message, so a failing full sync answers a lot. */
 const RCVBUF_BYTES = 16 * 1024 * 1024;
@@ -46,34 +37,9 @@ const RCVBUF_BYTES = 16 * 1024 * 1024;
 export async function openNftBatchSocket(
   opts: { readonly netnsPath?: string } = {},
 ): Promise<NftBatchSocket | null> {
-  if (typeof (globalThis as { Bun?: unknown }).Bun === "undefined") return null;
-  const specifier = ["bun", "ffi"].join(":");
-  const ffi = await import(specifier) as BunFfi;
-  const T = ffi.FFIType;
-  let libc: ReturnType<BunFfi["dlopen"]>;
-  try {
-    libc = ffi.dlopen("libc.so.6", {
-      socket: { args: [T.i32, T.i32, T.i32], returns: T.i32 },
-      send: { args: [T.i32, T.ptr, T.u64, T.i32], returns: T.i64 },
-      recv: { args: [T.i32, T.ptr, T.u64, T.i32], returns: T.i64 },
-      setsockopt: { args: [T.i32, T.i32, T.i32, T.ptr, T.u32], returns: T.i32 },
-      close: { args: [T.i32], returns: T.i32 },
-    });
-  } catch {
-    return null;
-  }
-  const s = libc.symbols;
-  const open = () => s.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER) as number;
-  const fd = opts.netnsPath === undefined ? open() : enterNetns(ffi, opts.netnsPath, open);
-  if (fd < 0) {
-    libc.close();
-    throw new Error("nftables batch socket: cannot open a NETLINK_NETFILTER socket");
-  }
-  const setBuf = (opt: number, bytes: number) => {
-    const v = new Int32Array([bytes]);
-    return s.setsockopt(fd, SOL_SOCKET, opt, v as unknown as Pointer, 4) as number;
-  };
-  setBuf(SO_RCVBUFFORCE, RCVBUF_BYTES);
+  const sock = await openNetfilterSocket(opts);
+  if (sock === null) return null;
+  sock.setSocketOption(SO_RCVBUFFORCE, RCVBUF_BYTES);
   let sndbuf = 0;
   const reply = new Uint8Array(256 * 1024);
   let closed = false;
@@ -83,11 +49,11 @@ export async function openNftBatchSocket(
       // One batch is one datagram: the send buffer must hold it (root may raise it past wmem_max).
       if (batch.length + 4096 > sndbuf) {
         sndbuf = Math.max(batch.length * 2, 1024 * 1024);
-        if (setBuf(SO_SNDBUFFORCE, sndbuf) !== 0) {
+        if (sock.setSocketOption(SO_SNDBUFFORCE, sndbuf) !== 0) {
           throw new Error(`nftables batch socket: cannot raise the send buffer to ${sndbuf} bytes`);
         }
       }
-      const sent = Number(s.send(fd, batch as unknown as Pointer, batch.length, 0));
+      const sent = sock.send(batch);
       if (sent !== batch.length) {
         throw new Error(`nftables batch socket: send of ${batch.length} bytes failed`);
       }
@@ -95,7 +61,7 @@ export async function openNftBatchSocket(
       let acknowledged = false;
       // The kernel answered during send: read what is queued without waiting.
       for (;;) {
-        const n = Number(s.recv(fd, reply as unknown as Pointer, reply.length, MSG_DONTWAIT));
+        const n = sock.recv(reply, true);
         if (n <= 0) break;
         for (const m of netlinkMessages(reply.subarray(0, n))) {
           if (m.type !== NLMSG_ERROR || m.payload.length < 20) continue;
@@ -114,8 +80,7 @@ export async function openNftBatchSocket(
     close() {
       if (closed) return;
       closed = true;
-      s.close(fd);
-      libc.close();
+      sock.close();
     },
   };
 }

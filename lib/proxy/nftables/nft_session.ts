@@ -17,6 +17,7 @@ import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
 import { encodeTransaction, frameBatch } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
+import { releaseMemory } from "../../runtime/memory.ts";
 
 /**
  * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
@@ -61,6 +62,9 @@ export interface NftSessionOptions {
   readonly timeoutMs?: number;
 }
 
+/** Netlink batch bytes sent between two forced collections (see #applyNetlink). */
+const RELEASE_AFTER_BYTES = 1024 * 1024;
+
 /** Default size from which a transaction goes to a child process. */
 export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
 
@@ -86,6 +90,7 @@ export class NftSession implements NftTransactionRunner {
   /** Transactions the netlink encoder could not translate (they went to libnftables or nft). */
   fallbacks = 0;
   #seq = 1;
+  #sentSinceRelease = 0;
 
   constructor(
     readonly options: NftSessionOptions,
@@ -111,7 +116,16 @@ export class NftSession implements NftTransactionRunner {
 
   async #apply(transaction: string): Promise<void> {
     if (transaction === "") return;
-    if (this.netlink !== null && this.#applyNetlink(this.netlink, transaction)) return;
+    if (this.netlink !== null && this.#applyNetlink(this.netlink, transaction)) {
+      // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
+      // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
+      // encoder's buffers are out of scope, every few MiB sent.
+      if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
+        this.#sentSinceRelease = 0;
+        releaseMemory();
+      }
+      return;
+    }
     const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {
       const r = this.lib.run(transaction);
@@ -159,6 +173,7 @@ export class NftSession implements NftTransactionRunner {
       throw new NftTransactionError("netlink", lines.join("\n"), transaction);
     }
     this.counts["netlink"]++;
+    this.#sentSinceRelease += batch.bytes.length;
     return true;
   }
 

@@ -7,13 +7,13 @@
  */
 import {
   attr,
-  batchBegin,
-  batchEnd,
+  BATCH_FRAME_BYTES,
   be32Attr,
   be64Attr,
-  concat,
+  encodeAttrs,
   nest,
-  nftMessage,
+  nftMessageSize,
+  type NlAttr,
   NLM_F_ACK,
   NLM_F_APPEND,
   NLM_F_CREATE,
@@ -22,6 +22,9 @@ import {
   udata,
   udataString,
   udataU32,
+  writeBatchBegin,
+  writeBatchEnd,
+  writeNftMessage,
 } from "./attrs.ts";
 import { dataValue, dataVerdict, VERDICT, type Verdict } from "./expressions.ts";
 import {
@@ -91,7 +94,8 @@ export interface NftBatchMessage {
   readonly msg: number;
   readonly flags: number;
   readonly family: number;
-  readonly attrs: readonly Uint8Array[];
+  /** Its attributes, laid out (the attribute tree is dropped at once: a first sync's chunk holds many). */
+  readonly body: Uint8Array;
   /** The transaction line it encodes. */
   readonly statement: string;
 }
@@ -140,18 +144,18 @@ function verdictMapUdata(fields: readonly NftDatatype[], comment: string | null)
 const ELEMENT_LIST_BYTES = 60_000;
 
 /** `items` in runs of at most `max` bytes (each run holds at least one item). */
-function chunkBySize(items: readonly Uint8Array[], max: number): Uint8Array[][] {
-  const out: Uint8Array[][] = [];
-  let cur: Uint8Array[] = [];
+function chunkBySize(items: readonly NlAttr[], max: number): NlAttr[][] {
+  const out: NlAttr[][] = [];
+  let cur: NlAttr[] = [];
   let size = 0;
   for (const it of items) {
-    if (cur.length > 0 && size + it.length > max) {
+    if (cur.length > 0 && size + it.size > max) {
       out.push(cur);
       cur = [];
       size = 0;
     }
     cur.push(it);
-    size += it.length;
+    size += it.size;
   }
   if (cur.length > 0) out.push(cur);
   return out;
@@ -176,8 +180,8 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
     const [, verb, kind, fam, table, rest0] = m!;
     const family = NFPROTO[fam as "ip" | "ip6"];
     const rest = rest0 ?? "";
-    const push = (msg: number, flags: number, attrs: Uint8Array[]) =>
-      out.push({ msg, flags: NLM_F_REQUEST | flags, family, attrs, statement: line });
+    const push = (msg: number, flags: number, attrs: NlAttr[]) =>
+      out.push({ msg, flags: NLM_F_REQUEST | flags, family, body: encodeAttrs(attrs), statement: line });
     const tableAttr = strAttr(1, table);
 
     if (kind === "table") {
@@ -305,7 +309,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            attrs: [
+            body: encodeAttrs([
               tableAttr,
               strAttr(2, name),
               be32Attr(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP),
@@ -324,7 +328,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
                   [6, udataU32(0)],
                 ]),
               ),
-            ],
+            ]),
           });
           const elems = verdicts.map((v: Verdict, k) => {
             const key = new Uint8Array(4);
@@ -337,7 +341,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            attrs: [tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)],
+            body: encodeAttrs([tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)]),
           });
           return { name, id };
         },
@@ -346,7 +350,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
           const name = "__set%d";
           const t = ADDRESS_TYPEOF[fam as "ip" | "ip6"];
           const dt = keyFields(t.type)![0];
-          const elems: Uint8Array[] = [];
+          const elems: NlAttr[] = [];
           const add = (key: Uint8Array, end: boolean) => {
             const parts = end ? [be32Attr(3, ELEM_INTERVAL_END), dataValue(1, key)] : [dataValue(1, key)];
             elems.push(nest(elems.length + 1, parts));
@@ -371,7 +375,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            attrs: [
+            body: encodeAttrs([
               tableAttr,
               strAttr(2, name),
               be32Attr(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL),
@@ -388,14 +392,14 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
                   [3, udata([[0, udataU32(7)], [1, typeofData]])],
                 ]),
               ),
-            ],
+            ]),
           });
           out.push({
             msg: MSG.NEWSETELEM,
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            attrs: [tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)],
+            body: encodeAttrs([tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)]),
           });
           return { name, id };
         },
@@ -413,7 +417,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
     const set = em![1];
     const decl = declared.get(set) ?? knownContainer(set, fam as "ip" | "ip6");
     if (decl === null) fail(`elements of ${set} (its type is not known here)`);
-    const elems: Uint8Array[] = [];
+    const elems: NlAttr[] = [];
     for (const e of em![2].split(/, /)) {
       const x = /^(.+?)(?: comment ("(?:[^"\\]|\\.)*"))?(?: : (.+))?$/.exec(e);
       if (x === null) fail("element");
@@ -490,16 +494,20 @@ export interface FramedBatch {
  * (the last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END.
  */
 export function frameBatch(messages: readonly NftBatchMessage[], firstSeq: number): FramedBatch {
-  const parts: Uint8Array[] = [batchBegin(firstSeq)];
   const base = firstSeq + 1;
+  let n = 2 * BATCH_FRAME_BYTES;
+  for (const m of messages) n += nftMessageSize(m.body.length);
+  const out = new Uint8Array(n);
+  const view = new DataView(out.buffer);
+  let off = writeBatchBegin(out, view, 0, firstSeq);
   messages.forEach((m, k) => {
     const flags = k === messages.length - 1 ? m.flags | NLM_F_ACK : m.flags;
-    parts.push(nftMessage(m.msg, flags, base + k, m.family, m.attrs));
+    off = writeNftMessage(out, view, off, { ...m, flags, seq: base + k });
   });
   const lastSeq = base + messages.length - 1;
-  parts.push(batchEnd(lastSeq + 1));
+  writeBatchEnd(out, view, off, lastSeq + 1);
   return {
-    bytes: concat(parts),
+    bytes: out,
     lastSeq,
     statementOf: (seq) => messages[seq - base]?.statement,
   };

@@ -41,6 +41,7 @@ import {
 } from "./expressions.ts";
 import { parsePrefix, protocolNumber } from "./datatypes.ts";
 import { NftNetlinkUnsupported } from "./unsupported.ts";
+import type { NlAttr } from "./attrs.ts";
 
 /** What a rule needs from the batch it is encoded into. */
 export interface RuleContext {
@@ -132,7 +133,7 @@ const ADDRESS_FIELDS = {
 /** A field loaded into registers: its size in bytes and the expression loading it. */
 interface Field {
   readonly size: number;
-  load(dreg: number): Uint8Array;
+  load(dreg: number): NlAttr;
 }
 
 /** A u32 in host (little-endian) order, as marks, ct state and numgen values are kept. */
@@ -148,9 +149,9 @@ export function tokenize(text: string): string[] {
 }
 
 /** Encodes rule `text` (without its comment) into NFTA_LIST_ELEMs, in order. */
-export function encodeRule(text: string, ctx: RuleContext, statement = text): Uint8Array[] {
+export function encodeRule(text: string, ctx: RuleContext, statement = text): NlAttr[] {
   const tokens = tokenize(text);
-  const out: Uint8Array[] = [];
+  const out: NlAttr[] = [];
   let i = 0;
   const fail = (what: string): never => {
     throw new NftNetlinkUnsupported(statement, what);
@@ -209,7 +210,7 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Ui
   };
 
   /** An address match on a loaded field: "[!=] addr|prefix|{ one }". */
-  const addressMatch = (size: number, load: (dreg: number) => Uint8Array, offset: number) => {
+  const addressMatch = (size: number, load: (dreg: number) => NlAttr, offset: number) => {
     let op = CMP_EQ;
     if (peek() === "!=") {
       op = CMP_NEQ;
