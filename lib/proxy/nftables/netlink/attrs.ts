@@ -75,9 +75,7 @@ export function strAttr(type: number, value: string): NlAttr {
 
 /** A big-endian u32 attribute (nf_tables' NLA_U32 values are in network order). */
 export function be32Attr(type: number, value: number): NlAttr {
-  const b = new Uint8Array(4);
-  new DataView(b.buffer).setUint32(0, value >>> 0, false);
-  return attr(type, b);
+  return attr(type, Uint8Array.of(value >>> 24, (value >>> 16) & 0xff, (value >>> 8) & 0xff, value & 0xff));
 }
 
 /** A big-endian u64 attribute (timeouts in milliseconds). */
