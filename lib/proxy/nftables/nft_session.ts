@@ -89,6 +89,8 @@ export class NftSession implements NftTransactionRunner {
   readonly counts: Record<NftWriterKind, number> = { "netlink": 0, "libnftables": 0, "nft -f -": 0 };
   /** Transactions the netlink encoder could not translate (they went to libnftables or nft). */
   fallbacks = 0;
+  /** Netlink batches the kernel refused (each retried through libnftables or nft). */
+  refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
 
@@ -116,15 +118,26 @@ export class NftSession implements NftTransactionRunner {
 
   async #apply(transaction: string): Promise<void> {
     if (transaction === "") return;
-    if (this.netlink !== null && this.#applyNetlink(this.netlink, transaction)) {
+    if (this.netlink !== null) {
+      let done = false;
+      try {
+        done = this.#applyNetlink(this.netlink, transaction);
+      } catch (e) {
+        if (!(e instanceof NftTransactionError)) throw e;
+        // The batch changed nothing (atomic). nft gets the same transaction: where the kernel refuses it
+        // for a real reason nft reports that in its own words, and should our encoding ever differ from
+        // nft's, the change still lands.
+        this.refusedBatches++;
+        this.options.onFallback?.(`the kernel refused the netlink batch, retried through nft: ${e.nftError}`);
+      }
       // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
       // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
-      // encoder's buffers are out of scope, every few MiB sent.
+      // encoder's buffers are out of scope, every MiB sent.
       if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
         this.#sentSinceRelease = 0;
         releaseMemory();
       }
-      return;
+      if (done) return;
     }
     const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {

@@ -237,21 +237,33 @@ test("a statement the netlink encoder does not know falls back to nft, with the 
   }
 });
 
-test("a statement the kernel refuses is named in the error, and nothing of the batch stays", {
+test("a batch the kernel refuses changes nothing, names its statement and is retried through nft", {
   skip: skip || false,
 }, async () => {
   const ns = await env.create("err");
-  const session = await openNftSession({ netnsPath: `/var/run/netns/${ns.name}`, libnftables: false });
+  const reasons: string[] = [];
+  const session = await openNftSession({
+    netnsPath: `/var/run/netns/${ns.name}`,
+    libnftables: false,
+    commandPrefix: ns.prefix,
+    nftPath: NFT,
+    onFallback: (r) => reasons.push(r),
+  });
   try {
     await session.run("add table ip kube-proxy\n");
     const err = await session.run(
-      "add chain ip kube-proxy a\nadd rule ip kube-proxy missing jump a\n",
+      "add chain ip kube-proxy a\nadd rule ip kube-proxy absent jump a\n",
     ).then(() => null, (e) => e);
+    // The netlink refusal named the statement and its errno; nft, asked next, refused it too.
+    assert.equal(session.refusedBatches, 1);
+    assert.match(reasons[0], /No such file or directory \(errno 2\): add rule ip kube-proxy absent jump a/);
     assert.ok(err instanceof NftTransactionError, String(err));
-    assert.equal(err.writer, "netlink");
+    assert.equal(err.writer, "nft -f -");
     assert.ok(err.notFound, err.message);
-    assert.match(err.message, /add rule ip kube-proxy missing jump a/);
     assert.doesNotMatch(await ns.execOk([NFT, "list", "ruleset"]), /chain a/);
+    // The session stays usable.
+    await session.run("add chain ip kube-proxy b\n");
+    assert.equal(session.counts["netlink"], 2);
   } finally {
     await session.close();
   }
