@@ -175,7 +175,13 @@ export class NftSession implements NftTransactionRunner {
     if (messages.length === 0) return true;
     const batch = frameBatch(messages, this.#seq);
     this.#seq = (batch.lastSeq + 2) % 0x7fffffff || 1;
-    const outcome = socket.commit(batch.bytes, batch.lastSeq);
+    let outcome;
+    try {
+      outcome = socket.commit(batch.bytes, batch.lastSeq);
+    } catch (e) {
+      // The socket could not take the batch (send buffer, send): nothing was committed.
+      throw new NftTransactionError("netlink", (e as Error).message, transaction);
+    }
     if (outcome.errors.length > 0 || !outcome.acknowledged) {
       const lines = outcome.errors.map((e) =>
         `Error: ${errnoText(e.errno)} (errno ${e.errno}): ${
