@@ -1,15 +1,14 @@
 /**
- * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts):
- * under Bun, our own netlink batches (netlink/batch.ts, lib/runtime/nft_batch_socket.ts), which read no
- * kernel state before committing; for a transaction with a statement the encoder does not know,
- * libnftables in-process (lib/runtime/libnftables.ts) under Bun, which spares each
- * transaction the `nft` process start and library set-up; `nft -f -`, one process per transaction,
- * elsewhere (Deno) and for large transactions (a first sync's chunks), so a long commit never blocks
- * the event loop. Transactions run one at a time, in call order; each is atomic (a failing one changes
- * nothing and its error carries nft's text), and a failure leaves the session usable.
- *
- * nft 1.0.6 still re-reads the table's chains and sets before every transaction, also in a kept
- * context: its cache is dropped whenever the ruleset generation moved, and our own commit moves it.
+ * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts,
+ * bench/README.md): under Bun, our own netlink batches (netlink/batch.ts, lib/runtime/nft_batch_socket.ts),
+ * which read no kernel state before committing (nft 1.0.6 re-reads every chain and set of the table before
+ * every transaction, also in a kept libnftables context: its cache is dropped whenever the ruleset
+ * generation moved, and our own commit moves it). Every size goes this way: a first sync's bounded chunks
+ * hold the event loop for their kernel commit (up to ~1.4 s each at 10k Services), as long as `nft` would
+ * take for them in a child. A transaction with a statement the encoder does not know, or one the kernel
+ * refuses as a batch, goes to libnftables in-process (small ones, under Bun) or `nft -f -` (large ones, and
+ * everything under Deno). Transactions run one at a time, in call order; each is atomic (a failing one
+ * changes nothing and its error carries the refused statement), and a failure leaves the session usable.
  */
 import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
@@ -54,8 +53,9 @@ export interface NftSessionOptions {
   /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
   readonly onFallback?: (reason: string) => void;
   /**
-   * Transactions of at least this many bytes go to `nft -f -` (default 256 KiB): they commit for long
-   * enough that blocking the event loop would matter, and a process start is then noise.
+   * Transactions of at least this many bytes that do not go through netlink go to `nft -f -` rather than
+   * libnftables (default 256 KiB): they commit for long enough that blocking the event loop on nft's parse
+   * and cache read would matter, and a process start is then noise.
    */
   readonly largeTransactionBytes?: number;
   /** Kills an `nft -f -` child after this many ms (default 120 000). */
