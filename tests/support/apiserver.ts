@@ -1136,7 +1136,8 @@ class TestApiserverImpl implements TestApiserver {
       });
       return;
     }
-    this.#send(res, rec, 200, JSON.parse(body));
+    // Sent as the text it is: parsing and serializing it again costs the harness a second per 10k objects.
+    this.#send(res, rec, 200, body, { "Content-Type": "application/json" });
   }
 
   #startWatch(
