@@ -374,8 +374,8 @@ export class Reflector<T extends KubeObject> {
   /**
    * One complete LIST, applied to the store. `resourceVersion` forces one (the poll fallback's "0");
    * otherwise {@link #relistResourceVersion}. A list at a resourceVersion that the server cannot serve
-   * (410, "Too large resource version"), or whose single response is over the size limit, is retried at
-   * once as a paginated consistent read, as client-go does.
+   * (410, "Too large resource version") is retried at once as a paginated consistent read, as client-go
+   * does; so is one whose single response is over our size limit (client-go has none).
    */
   async #list(signal: AbortSignal, resourceVersion?: "0"): Promise<void> {
     if (this.#lists > 0) this.#stats?.recordRelist(this.#spec.resource);
