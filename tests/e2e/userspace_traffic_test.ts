@@ -8,6 +8,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, stat } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -210,6 +211,37 @@ for (const portals of ["none", "iptables"] as const) {
           m.body,
           /edgeproxy_userspace_no_endpoints_total\{ip_family="IPv4",service_port="e2e\/empty:http\/TCP"\} [1-9]/,
         );
+      });
+
+      it("open files: raised to upstream's 64000 without lowering a higher limit, or one warning", () => {
+        const agent = c.agent!;
+        const nofile = (pid: number | "self") => {
+          const line = readFileSync(`/proc/${pid}/limits`, "utf8").split("\n").find((l) =>
+            l.startsWith("Max open files")
+          )!;
+          const [soft, hard] = line.split(/\s{2,}/).slice(1, 3).map((v) =>
+            v === "unlimited" ? Infinity : Number(v)
+          );
+          return { soft, hard };
+        };
+        // The agent inherits this process's hard limit; raising it needs CAP_SYS_RESOURCE.
+        const inherited = nofile("self").hard;
+        const capEff = /CapEff:\s+([0-9a-f]+)/.exec(readFileSync("/proc/self/status", "utf8"))![1];
+        const canRaise = (BigInt(`0x${capEff}`) >> 24n) & 1n;
+        const warned = agent.tail(100000).split("\n").filter((l) =>
+          l.includes("failed to set open file handler limit to 64000")
+        );
+        if (inherited >= 64000 || canRaise === 1n) {
+          assert.deepEqual(nofile(agent.pid), {
+            soft: Math.max(64000, inherited),
+            hard: Math.max(64000, inherited),
+          });
+          assert.deepEqual(warned, []);
+        } else {
+          assert.deepEqual(nofile(agent.pid), { soft: inherited, hard: inherited });
+          assert.equal(warned.length, 1, agent.tail());
+          assert.match(warned[0], /^W.*setrlimit: EPERM; open files limit is \d+ \(hard \d+\)/);
+        }
       });
 
       it(
