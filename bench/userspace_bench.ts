@@ -8,7 +8,8 @@
  *
  * Run as root: `bun bench/userspace_bench.ts` (or `deno run -A bench/userspace_bench.ts`).
  * Options: --gib=N (single stream, default 2), --conns=N (default 20000), --concurrency=N (default 64),
- * --transport=node (the proxy's TCP over node:net even under Bun, to compare with Bun's native sockets).
+ * --transport=node (the proxy's TCP over node:net even under Bun, to compare with Bun's native sockets),
+ * --transport=bun-copy (Bun's sockets without the splice(2) worker: every byte through the callbacks).
  */
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -63,7 +64,12 @@ async function proxyRole(): Promise<void> {
   const { newEndpointInfo } = await import("../lib/proxy/endpoints.ts");
   const { tcpTransport } = await import("../lib/runtime/tcp_transport.ts");
   const { nodeTcpTransport } = await import("../lib/runtime/tcp_transport_node.ts");
-  const transport = process.argv.includes("--transport=node") ? nodeTcpTransport : tcpTransport();
+  const { bunTcpTransport } = await import("../lib/runtime/tcp_transport_bun.ts");
+  const transport = process.argv.includes("--transport=node")
+    ? nodeTcpTransport
+    : process.argv.includes("--transport=bun-copy")
+    ? bunTcpTransport({ zeroCopy: false })!
+    : tcpTransport();
   type SPI = import("../lib/proxy/types.ts").ServicePortInfo;
   const svc = (name: string, clusterIP: string, port: number, protocol: "TCP" | "UDP"): SPI => ({
     name: { namespace: "bench", name, port: "p", protocol },
