@@ -9,7 +9,8 @@
  * Run as root: `bun bench/userspace_bench.ts` (or `deno run -A bench/userspace_bench.ts`).
  * Options: --gib=N (single stream, default 2), --conns=N (default 20000), --concurrency=N (default 64),
  * --transport=node (the proxy's TCP over node:net even under Bun, to compare with Bun's native sockets),
- * --transport=bun-copy (Bun's sockets without the splice(2) worker: every byte through the callbacks).
+ * --transport=bun-copy (Bun's sockets without the splice(2) worker: every byte through the callbacks),
+ * --udp=node (the proxy's UDP over node:dgram even under Bun, to compare with Bun.udpSocket).
  */
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -70,6 +71,9 @@ async function proxyRole(): Promise<void> {
     : process.argv.includes("--transport=bun-copy")
     ? bunTcpTransport({ zeroCopy: false })!
     : tcpTransport();
+  const { nodeUdpTransport } = await import("../lib/runtime/udp_transport_node.ts");
+  const { udpTransport } = await import("../lib/runtime/udp_transport.ts");
+  const udp = process.argv.includes("--udp=node") ? nodeUdpTransport : udpTransport();
   type SPI = import("../lib/proxy/types.ts").ServicePortInfo;
   const svc = (name: string, clusterIP: string, port: number, protocol: "TCP" | "UDP"): SPI => ({
     name: { namespace: "bench", name, port: "p", protocol },
@@ -116,6 +120,7 @@ async function proxyRole(): Promise<void> {
     nodePortAddresses: [],
     udpIdleTimeoutMs: 5000,
     transport,
+    udpTransport: udp,
   });
   const services = new ServicePortMap();
   const endpoints = new EndpointsMap();
@@ -140,7 +145,7 @@ async function proxyRole(): Promise<void> {
   put(svc("hello", SVC_IP, SVC.hello, "TCP"), HELLO_PORT);
   put(svc("udp", SVC_IP, SVC.udp, "UDP"), UDP_PORT);
   await backend.sync(state(), { full: false });
-  console.log(`ready ${bindMs.toFixed(1)} ${backend.listeners().size} ${transport.name}`);
+  console.log(`ready ${bindMs.toFixed(1)} ${backend.listeners().size} ${transport.name} ${udp.name}`);
 }
 
 // ---- client measurements ------------------------------------------------------------------------------
@@ -336,9 +341,13 @@ async function main(): Promise<void> {
     const backend = start(B, "backend");
     kids.push(backend);
     await backend.line("ready");
-    const proxy = start(N, "proxy", process.argv.filter((a) => a.startsWith("--transport=")));
+    const proxy = start(
+      N,
+      "proxy",
+      process.argv.filter((a) => a.startsWith("--transport=") || a.startsWith("--udp=")),
+    );
     kids.push(proxy);
-    const [, bindMs, listeners, transportName] = (await proxy.line("ready")).split(" ");
+    const [, bindMs, listeners, transportName, udpName] = (await proxy.line("ready")).split(" ");
     const pid = proxy.child.pid!;
     const client = start(C, "client", process.argv.slice(2));
     kids.push(client);
@@ -391,7 +400,9 @@ async function main(): Promise<void> {
       ],
     ];
     const runtime = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined" ? "deno" : "bun";
-    console.log(`userspace proxy benchmark (${runtime}, ${transportName} sockets, ${gib} GiB stream)`);
+    console.log(
+      `userspace proxy benchmark (${runtime}, TCP: ${transportName} sockets, UDP: ${udpName}, ${gib} GiB stream)`,
+    );
     for (const [k, v, t] of rows) console.log(`  ${k.padEnd(44)} ${v.padEnd(60)} target ${t}`);
   } finally {
     for (const k of kids) k.child.kill("SIGKILL");
