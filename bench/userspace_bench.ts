@@ -4,7 +4,8 @@
  * address of the node) in its own process. Prints figures, asserts nothing:
  *   single-stream MiB/s (direct through the node's kernel routing, and through the proxy), new connections/s
  *   over 20k connections (failures counted), added latency p50 per connection, proxy CPU per GiB and per
- *   connection, time to bind 1,000 service ports, proxy RSS, UDP request/response rate.
+ *   connection, time to bind 1,000 service ports, proxy RSS, UDP request/response rate and proxy CPU per
+ *   UDP request.
  *
  * Run as root: `bun bench/userspace_bench.ts` (or `deno run -A bench/userspace_bench.ts`).
  * Options: --gib=N (single stream, default 2), --conns=N (default 20000), --concurrency=N (default 64),
@@ -25,6 +26,7 @@ const SINK_PORT = 9000; // counts bytes, answers the count after the client's FI
 const HELLO_PORT = 9001; // answers one byte and closes
 const UDP_PORT = 9002; // echoes datagrams
 const SVC = { sink: 80, hello: 81, udp: 53 };
+const UDP_REQUESTS = 20000;
 
 function arg(name: string, fallback: number): number {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
@@ -243,8 +245,10 @@ async function clientRole(): Promise<void> {
   await waitLine("go");
   out.directP50Ms = await latencyP50(BACKEND_IP, HELLO_PORT, 2000);
   out.proxyP50Ms = await latencyP50(SVC_IP, SVC.hello, 2000);
-  out.udpDirectPerS = await udpRate(BACKEND_IP, UDP_PORT, 20000);
-  out.udpProxyPerS = await udpRate(SVC_IP, SVC.udp, 20000);
+  console.log("phase udp");
+  await waitLine("go");
+  out.udpDirectPerS = await udpRate(BACKEND_IP, UDP_PORT, UDP_REQUESTS);
+  out.udpProxyPerS = await udpRate(SVC_IP, SVC.udp, UDP_REQUESTS);
   console.log(`result ${JSON.stringify(out)}`);
 }
 
@@ -362,7 +366,11 @@ async function main(): Promise<void> {
     await client.line("phase latency");
     const cpuC = cpuSeconds(pid);
     client.child.stdin!.write("go\n");
+    await client.line("phase udp");
+    const cpuD = cpuSeconds(pid);
+    client.child.stdin!.write("go\n");
     const result = JSON.parse((await client.line("result")).slice(7));
+    const cpuE = cpuSeconds(pid);
     const mem = rssMiB(pid);
     const gib = arg("gib", 2);
     const conns = arg("conns", 20000);
@@ -398,6 +406,7 @@ async function main(): Promise<void> {
         `${f(result.udpProxyPerS)}/s (direct ${f(result.udpDirectPerS)}/s)`,
         "measured",
       ],
+      ["proxy CPU per UDP request and reply", `${f(((cpuE - cpuD) / UDP_REQUESTS) * 1e6)} µs`, "measured"],
     ];
     const runtime = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined" ? "deno" : "bun";
     console.log(
