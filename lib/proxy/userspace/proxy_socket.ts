@@ -166,6 +166,8 @@ interface UDPSession {
   waiting: Uint8Array[];
   endpoint: EndpointInfo;
   timer: ReturnType<typeof setTimeout>;
+  /** Date.now() of the last datagram either way; the timer re-arms itself until idleMs passed since. */
+  last: number;
   ended: boolean;
 }
 
@@ -187,9 +189,14 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
     clearTimeout(s.timer);
     void s.socket?.close();
   };
-  const touch = (key: string, s: UDPSession) => {
-    clearTimeout(s.timer);
-    s.timer = setTimeout(() => endSession(key), idleMs);
+  // One timer per session, not one per datagram: on expiry it ends the session or waits out the rest.
+  const expire = (key: string, s: UDPSession) => {
+    const left = s.last + idleMs - Date.now();
+    if (left > 0) s.timer = setTimeout(() => expire(key, s), left);
+    else endSession(key);
+  };
+  const touch = (s: UDPSession) => {
+    s.last = Date.now();
   };
 
   const onDatagram = (msg: Uint8Array, fromPort: number, fromAddress: string) => {
@@ -209,7 +216,8 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
         socket: null,
         waiting: [],
         endpoint: ep,
-        timer: setTimeout(() => endSession(key), idleMs),
+        timer: setTimeout(() => expire(key, session), idleMs),
+        last: Date.now(),
         ended: false,
       };
       sessions.set(key, session);
@@ -217,7 +225,7 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
       const onReply = (reply: Uint8Array, replyPort: number, replyAddress: string) => {
         if (replyPort !== ep.port || stripMapped(replyAddress) !== ep.ip) return; // not our endpoint
         o.stats.bytes("out", reply.length);
-        touch(key, session);
+        touch(session);
         // From the listener: the reply leaves from the address the client sent to.
         if (!closed) listener.send(reply, fromPort, fromAddress);
       };
@@ -243,7 +251,7 @@ async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
       );
     }
     o.stats.bytes("in", msg.length);
-    touch(key, s);
+    touch(s);
     if (s.socket !== null) s.socket.send(msg, s.endpoint.port, s.endpoint.ip);
     // The datagram's bytes are only valid during this call: a waiting one is copied.
     else if (s.waiting.length < MAX_WAITING_DATAGRAMS) s.waiting.push(msg.slice());
