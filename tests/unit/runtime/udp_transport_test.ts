@@ -134,6 +134,12 @@ describe("UdpTransport", () => {
       );
       assert.deepEqual(bytes, { in: 20, out: 70 });
       assert.equal(ps.activeCount(), 1);
+      // A datagram near the 64 KiB limit passes whole both ways (upstream's 4 KiB buffer truncated it).
+      const big = await new Promise<number>((resolve) => {
+        c.s.once("message", (m) => resolve(m.length));
+        c.s.send(Buffer.alloc(65000, 1), ps.port, "127.0.0.1");
+      });
+      assert.equal(big, 65005);
       await new Promise((r) => setTimeout(r, 600));
       assert.equal(ps.activeCount(), 0, "the idle session ended");
     });
