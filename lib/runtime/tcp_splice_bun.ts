@@ -317,11 +317,23 @@ function spliceWorker(L: typeof QUEUE): void {
         if (ep < 0 || !watch(efd, EPOLLIN)) throw new Error("splice worker: epoll setup failed");
         ready = true;
         self.postMessage("ready");
-        run();
+        guarded();
       }).catch((err: Error) => self.postMessage(`failed: ${err.message}`));
       return;
     }
-    run(); // a wake-up: commands wait in the queue
+    guarded(); // a wake-up: commands wait in the queue
+  };
+
+  /** A failure of the loop itself ends every pair here (their descriptors are this thread's to close). */
+  const guarded = (): void => {
+    try {
+      run();
+    } catch (err) {
+      running = false;
+      self.postMessage(`failed: ${(err as Error).message}`);
+      for (const p of [...pairs.values()]) end(p);
+      report(true);
+    }
   };
 }
 
@@ -402,6 +414,7 @@ function startEngine(): SpliceEngine {
   worker.onmessage = (e: MessageEvent) => {
     const m = e.data as WorkerReport | string;
     if (typeof m === "string") {
+      // Later pairs stay with Bun; the worker ends those it had and reports them.
       if (m.startsWith("failed")) failed = true;
       return;
     }
