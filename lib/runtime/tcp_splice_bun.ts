@@ -351,6 +351,11 @@ const EFD_CLOEXEC = 0o2000000;
 
 let engine: SpliceEngine | null | undefined;
 
+/** Pairs the splice engine took since the start (0 while it has not started, or cannot run). */
+export function splicedPairs(): number {
+  return engine ? engine.pairs().taken : 0;
+}
+
 /**
  * The process's splice engine (started on first use), or null where it cannot run: not Bun, not Linux,
  * no `bun:ffi` or libc, or a worker that failed to start (then every later call is null too).

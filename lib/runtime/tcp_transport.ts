@@ -7,6 +7,7 @@
  * the one the running runtime has.
  */
 import { bunTcpTransport } from "./tcp_transport_bun.ts";
+import { splicedPairs } from "./tcp_splice_bun.ts";
 import { nodeTcpTransport } from "./tcp_transport_node.ts";
 
 export type { RelayConn, RelayListener, SpliceCounter, TcpTransport } from "./tcp_relay.ts";
@@ -16,4 +17,12 @@ import type { TcpTransport } from "./tcp_relay.ts";
 /** The TCP transport of the running runtime: Bun's native sockets under Bun, else node:net. */
 export function tcpTransport(): TcpTransport {
   return bunTcpTransport() ?? nodeTcpTransport;
+}
+
+/**
+ * Connections relayed by splice(2) in the kernel since the start (bulk connections under Bun on Linux;
+ * 0 elsewhere): how much of the traffic never entered the process.
+ */
+export function kernelSplicedConnections(): number {
+  return splicedPairs();
 }

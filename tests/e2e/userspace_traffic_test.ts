@@ -277,6 +277,12 @@ for (const portals of ["none", "iptables"] as const) {
           what: "the bytes to be counted",
         });
         console.log(`userspace (${portals}) bulk: counted ${JSON.stringify(bytes.value)}`);
+        // The compiled agent (Bun) relayed it in the kernel: the splice worker started inside the binary.
+        const m = await httpGetIn(c.node, `http://${A.metrics}/metrics`);
+        const spliced = Number(
+          /^edgeproxy_userspace_kernel_spliced_connections_total (\d+)$/m.exec(m.body)?.[1] ?? "NaN",
+        );
+        assert.ok(spliced >= 1, `connections relayed by splice(2): ${spliced}`);
       });
 
       it("open files: raised to upstream's 64000 without lowering a higher limit, or one warning", () => {

@@ -1,11 +1,13 @@
 /**
  * The userspace mode's own figures, per service port: edgeproxy_userspace_connections_total,
  * edgeproxy_userspace_bytes_total{direction}, edgeproxy_userspace_dial_errors_total and
- * edgeproxy_userspace_no_endpoints_total, read from the backends' counters at scrape time.
+ * edgeproxy_userspace_no_endpoints_total, read from the backends' counters at scrape time; and
+ * edgeproxy_userspace_kernel_spliced_connections_total, the TCP connections relayed by splice(2).
  */
 import type { Registry } from "../../metrics/registry.ts";
 import type { IPFamily } from "../types.ts";
 import type { UserspaceCounters } from "./backend.ts";
+import { kernelSplicedConnections } from "../../runtime/tcp_transport.ts";
 
 /** What the collectors read: each family's counters by service port key. */
 export type CounterSource = () => Iterable<
@@ -59,6 +61,17 @@ export function registerUserspaceMetrics(registry: Registry, source: CounterSour
           yield { labels: { ip_family, service_port, direction: "out" }, value: c.bytesOut };
         }
       }
+    },
+  });
+  registry.collector({
+    name: "edgeproxy_userspace_kernel_spliced_connections_total",
+    help:
+      "TCP connections handed to the in-kernel splice(2) relay once they carried bulk data (their bytes " +
+      "no longer pass through the process).",
+    type: "counter",
+    labelNames: [],
+    collect: function* () {
+      yield { labels: {}, value: kernelSplicedConnections() };
     },
   });
 }
