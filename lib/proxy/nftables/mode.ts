@@ -86,7 +86,7 @@ export function createNftablesBackend(
       }
       runner = runnerFactory();
       const { ipv6 } = await checkNftablesSupport(runner);
-      runner = await withSessionWriter(runner, (m) => log.info(m));
+      runner = await withSessionWriter(runner, (m) => log.info(m), (m) => log.warn(m));
       netlink = await openNftNetlink().catch(() => null);
       if (netlink === null) {
         log.info("nftables drift checks read the table through nft every time (no netlink reads here)");
@@ -128,10 +128,16 @@ export function createNftablesBackend(
  * the runtime has one, else `nft -f -`); listings and checks stay on `runner`. Unchanged when no session
  * opens.
  */
-export async function withSessionWriter(runner: NftRunner, info: (m: string) => void): Promise<NftRunner> {
+export async function withSessionWriter(
+  runner: NftRunner,
+  info: (m: string) => void,
+  warn: (m: string) => void = info,
+): Promise<NftRunner> {
   const session = await openNftSession({
     onFallback: (reason) =>
       infoV(4, "nftables transaction not encodable as netlink, applied through nft", "reason", reason),
+    // Unexpected (a batch nft would write the same way is not refused), so the operator sees it.
+    onRefused: (reason) => warn(reason.split("\n")[0]),
   }).catch(() => null);
   if (session === null) return runner;
   const others = session.lib === null ? "nft -f -" : "a libnftables session";

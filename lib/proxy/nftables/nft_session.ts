@@ -53,6 +53,11 @@ export interface NftSessionOptions {
   /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
   readonly onFallback?: (reason: string) => void;
   /**
+   * Told of each netlink batch the kernel refused (then retried through nft, which either lands it — our
+   * encoding differed from nft's — or reports the kernel's reason in its own words). Default: onFallback.
+   */
+  readonly onRefused?: (reason: string) => void;
+  /**
    * Transactions of at least this many bytes that do not go through netlink go to `nft -f -` rather than
    * libnftables (default 256 KiB): they commit for long enough that blocking the event loop on nft's parse
    * and cache read would matter, and a process start is then noise.
@@ -128,7 +133,9 @@ export class NftSession implements NftTransactionRunner {
         // for a real reason nft reports that in its own words, and should our encoding ever differ from
         // nft's, the change still lands.
         this.refusedBatches++;
-        this.options.onFallback?.(`the kernel refused the netlink batch, retried through nft: ${e.nftError}`);
+        (this.options.onRefused ?? this.options.onFallback)?.(
+          `the kernel refused the netlink batch, retried through nft: ${e.nftError}`,
+        );
       }
       // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
       // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
