@@ -57,3 +57,29 @@ export interface ProxyHandlers
     NodeHandler,
     Partial<ServiceCIDRHandler>,
     Partial<ServiceCIDRsHandler> {}
+
+/**
+ * A {@link ProxyHandlers} that passes every event to `downstream` unchanged: the base a wrapper spreads and
+ * then overrides the events it changes.
+ */
+export function forwardingHandlers(downstream: ProxyHandlers): ProxyHandlers {
+  return {
+    onServiceAdd: (s) => downstream.onServiceAdd(s),
+    onServiceUpdate: (o, s) => downstream.onServiceUpdate(o, s),
+    onServiceDelete: (s) => downstream.onServiceDelete(s),
+    onServicesSynced: () => downstream.onServicesSynced(),
+    onEndpointSliceAdd: (s) => downstream.onEndpointSliceAdd(s),
+    onEndpointSliceUpdate: (o, s) => downstream.onEndpointSliceUpdate(o, s),
+    onEndpointSliceDelete: (s) => downstream.onEndpointSliceDelete(s),
+    onEndpointSlicesSynced: () => downstream.onEndpointSlicesSynced(),
+    onNodeAdd: (n) => downstream.onNodeAdd(n),
+    onNodeUpdate: (o, n) => downstream.onNodeUpdate(o, n),
+    onNodeDelete: (n) => downstream.onNodeDelete(n),
+    onNodeSynced: () => downstream.onNodeSynced(),
+    onServiceCIDRAdd: (c) => downstream.onServiceCIDRAdd?.(c),
+    onServiceCIDRUpdate: (o, c) => downstream.onServiceCIDRUpdate?.(o, c),
+    onServiceCIDRDelete: (c) => downstream.onServiceCIDRDelete?.(c),
+    onServiceCIDRsSynced: () => downstream.onServiceCIDRsSynced?.(),
+    onServiceCIDRsChanged: (cidrs) => downstream.onServiceCIDRsChanged?.(cidrs),
+  };
+}

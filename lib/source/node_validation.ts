@@ -11,7 +11,7 @@
 import type { Node } from "../k8s/objects.ts";
 import { sanitizeNode } from "./node_shape.ts";
 import type { Warn } from "../proxy/service_port.ts";
-import type { ProxyHandlers } from "../proxy/handlers.ts";
+import { forwardingHandlers, type ProxyHandlers } from "../proxy/handlers.ts";
 
 /** `downstream` with every Node it receives shape-checked first. */
 export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): ProxyHandlers {
@@ -24,14 +24,7 @@ export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): Proxy
     return clean;
   };
   return {
-    onServiceAdd: (s) => downstream.onServiceAdd(s),
-    onServiceUpdate: (o, s) => downstream.onServiceUpdate(o, s),
-    onServiceDelete: (s) => downstream.onServiceDelete(s),
-    onServicesSynced: () => downstream.onServicesSynced(),
-    onEndpointSliceAdd: (s) => downstream.onEndpointSliceAdd(s),
-    onEndpointSliceUpdate: (o, s) => downstream.onEndpointSliceUpdate(o, s),
-    onEndpointSliceDelete: (s) => downstream.onEndpointSliceDelete(s),
-    onEndpointSlicesSynced: () => downstream.onEndpointSlicesSynced(),
+    ...forwardingHandlers(downstream),
     onNodeAdd: (n) => downstream.onNodeAdd(check(n)),
     // The old object was checked when it arrived; the check is pure, so re-running it gives the same copy.
     onNodeUpdate: (o, n) => downstream.onNodeUpdate(sanitizeNode(o, () => {}), check(n)),
@@ -39,11 +32,5 @@ export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): Proxy
       lastWarnings = new Set();
       downstream.onNodeDelete(sanitizeNode(n, () => {}));
     },
-    onNodeSynced: () => downstream.onNodeSynced(),
-    onServiceCIDRAdd: (c) => downstream.onServiceCIDRAdd?.(c),
-    onServiceCIDRUpdate: (o, c) => downstream.onServiceCIDRUpdate?.(o, c),
-    onServiceCIDRDelete: (c) => downstream.onServiceCIDRDelete?.(c),
-    onServiceCIDRsSynced: () => downstream.onServiceCIDRsSynced?.(),
-    onServiceCIDRsChanged: (cidrs) => downstream.onServiceCIDRsChanged?.(cidrs),
   };
 }

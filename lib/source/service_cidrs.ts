@@ -9,7 +9,12 @@
  * while the object holds it; the object's other CIDRs still count.
  */
 import type { ServiceCIDR } from "../k8s/objects.ts";
-import type { ProxyHandlers, ServiceCIDRHandler, ServiceCIDRsHandler } from "../proxy/handlers.ts";
+import {
+  forwardingHandlers,
+  type ProxyHandlers,
+  type ServiceCIDRHandler,
+  type ServiceCIDRsHandler,
+} from "../proxy/handlers.ts";
 import { formatCIDR, parseCIDR } from "../net/ip.ts";
 
 /** Where the warnings go. */
@@ -110,18 +115,7 @@ export function withServiceCIDRConfig(downstream: ProxyHandlers, warn: Warn): Pr
     warn,
   );
   return {
-    onServiceAdd: (s) => downstream.onServiceAdd(s),
-    onServiceUpdate: (o, s) => downstream.onServiceUpdate(o, s),
-    onServiceDelete: (s) => downstream.onServiceDelete(s),
-    onServicesSynced: () => downstream.onServicesSynced(),
-    onEndpointSliceAdd: (s) => downstream.onEndpointSliceAdd(s),
-    onEndpointSliceUpdate: (o, s) => downstream.onEndpointSliceUpdate(o, s),
-    onEndpointSliceDelete: (s) => downstream.onEndpointSliceDelete(s),
-    onEndpointSlicesSynced: () => downstream.onEndpointSlicesSynced(),
-    onNodeAdd: (n) => downstream.onNodeAdd(n),
-    onNodeUpdate: (o, n) => downstream.onNodeUpdate(o, n),
-    onNodeDelete: (n) => downstream.onNodeDelete(n),
-    onNodeSynced: () => downstream.onNodeSynced(),
+    ...forwardingHandlers(downstream),
     onServiceCIDRAdd: (c) => config.onServiceCIDRAdd(c),
     onServiceCIDRUpdate: (o, c) => config.onServiceCIDRUpdate(o, c),
     onServiceCIDRDelete: (c) => config.onServiceCIDRDelete(c),
