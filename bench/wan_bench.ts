@@ -7,6 +7,7 @@
  *
  *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
  *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet] [--http2=false]
+ *                          [--watch-cache-bookmarks=false]
  *
  * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
  * and each node holds 3 watches open).
@@ -19,7 +20,9 @@
  * handshakes and records, HTTP headers and framing, bodies. New TCP connections per hour show whether
  * connections are reused. The client's own count of body bytes received (ApiTransport.bytesReceived, wire
  * and decoded) is printed beside them. The test apiserver offers HTTP/2 by ALPN (as a real one does) unless
- * `--http2=false`, and sends a bookmark every 60 s on watches that ask for them, like a real one.
+ * `--http2=false`, and sends bookmarks on watches that ask for them as a real one's watch cache does: every
+ * 60 s and 2 s before a watch's timeoutSeconds deadline, only when the resourceVersion moved past what the
+ * watcher was sent (`--watch-cache-bookmarks=false`: every 60 s, moved or not, the model of the earlier figures).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -54,6 +57,8 @@ const fleetWindowS = num("fleet-window", 60);
 const only = new Set((args.get("only") ?? "node,fleet").split(","));
 /** The test apiserver offers HTTP/2 by ALPN, as a real apiserver does (`--http2=false`: HTTP/1.1 only). */
 const offerHttp2 = args.get("http2") !== "false";
+/** Bookmarks timed as a real apiserver's watch cache sends them (TestApiserverOptions.watchCacheBookmarks). */
+const watchCacheBookmarks = args.get("watch-cache-bookmarks") !== "false";
 
 const noop = () => {};
 const handlers: ProxyHandlers = {
@@ -78,6 +83,7 @@ async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestCon
     bookmarkIntervalMs: 60_000,
     historyLimit: 100_000,
     http2: offerHttp2,
+    watchCacheBookmarks,
   });
   const c = syntheticCluster({ services: n, nodeName: NODE });
   const bare = <T extends { metadata?: Record<string, unknown> }>(o: T): T => {
@@ -180,13 +186,15 @@ async function nodeFigures(): Promise<void> {
   console.log(
     `\n## Bytes per node per hour (window ${windowS} s, 1 change per minute, poll interval ${
       intervalMs / 1000
-    } s, server offers ${offerHttp2 ? "h2 and HTTP/1.1" : "HTTP/1.1 only"})`,
+    } s, server offers ${offerHttp2 ? "h2 and HTTP/1.1" : "HTTP/1.1 only"}, bookmarks ${
+      watchCacheBookmarks ? "as the watch cache sends them" : "every 60 s"
+    })`,
   );
   console.log(
-    "| Services | mode | body MiB/h | × watch | wire MiB/h (relay) | × watch | TCP connections/h | " +
-      "client wire body MiB/h | decoded MiB/h | requests/h |",
+    "| Services | mode | body MiB/h | × watch | wire MiB/h (relay) | × watch | sent MiB/h (relay) | " +
+      "TCP connections/h | client wire body MiB/h | decoded MiB/h | requests/h |",
   );
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   for (const n of sizes) {
     const { srv, config, dir } = await cluster(n);
     let watchBytes = 0;
@@ -213,11 +221,12 @@ async function nodeFigures(): Promise<void> {
         const scale = 3600 / windowS;
         const bytes = (s1.bytes - s0.bytes) * scale;
         const wire = (r1.toClient - r0.toClient) * scale;
+        const sent = (r1.toServer - r0.toServer) * scale;
         if (mode === "watch") [watchBytes, watchWire] = [bytes, wire];
         console.log(
           `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(wire)} | ${
             (wire / watchWire).toFixed(2)
-          } | ${Math.round((r1.connections - r0.connections) * scale)} | ${
+          } | ${mib(sent)} | ${Math.round((r1.connections - r0.connections) * scale)} | ${
             mib((w1.wire - w0.wire) * scale)
           } | ${mib((w1.decoded - w0.decoded) * scale)} | ${
             Math.round((s1.requests - s0.requests) * scale)

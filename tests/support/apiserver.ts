@@ -74,6 +74,13 @@ export interface TestApiserverOptions {
    * HTTP/1.1 only. Fault injection works in both; under HTTP/2 a dropped watch is a reset stream.
    */
   http2?: boolean;
+  /**
+   * Send bookmarks as a real apiserver's watch cache does (cacheWatcher.nextBookmarkTime): every
+   * `bookmarkIntervalMs` and once 2 s before the end of a watch with timeoutSeconds, and only when the
+   * resourceVersion has moved past what the watcher was last sent. Default off: a bookmark every
+   * `bookmarkIntervalMs`, moved or not (tests that wait for one).
+   */
+  watchCacheBookmarks?: boolean;
 }
 
 /** One served request, in arrival order. `status` is the HTTP status sent (0 while not answered yet). */
@@ -441,6 +448,8 @@ class TestApiserverImpl implements TestApiserver {
   readonly #pfUids = [randomUUID(), randomUUID()];
   /** Offer HTTP/2 (TestApiserverOptions.http2). */
   readonly #http2: boolean;
+  /** TestApiserverOptions.watchCacheBookmarks. */
+  readonly #watchCacheBookmarks: boolean;
 
   constructor(readonly certs: TestCerts, opts: TestApiserverOptions, token: string) {
     this.token = token;
@@ -451,6 +460,7 @@ class TestApiserverImpl implements TestApiserver {
     this.#expiredAs = opts.expiredWatchAs ?? "status";
     this.#ownsCertDir = opts.tlsDir === undefined;
     this.#http2 = opts.http2 ?? false;
+    this.#watchCacheBookmarks = opts.watchCacheBookmarks ?? false;
     const f = this.#f;
     this.faults = {
       dropWatches: () => {
@@ -1231,11 +1241,16 @@ class TestApiserverImpl implements TestApiserver {
     } else {
       for (const e of backlog) this.#deliver(w, e);
     }
-    if (o.allowBookmarks && this.#bookmarkMs > 0) {
-      const t = setInterval(() => {
-        this.#writeEvent(w, { type: "BOOKMARK", object: this.#bookmarkObject(kind) });
-      }, this.#bookmarkMs);
-      w.timers.push(t);
+    const bookmark = () => {
+      // The watch cache sends only events newer than what the watcher has seen, bookmarks included.
+      if (this.#watchCacheBookmarks && this.#store.rv <= w.lastRv) return;
+      this.#writeEvent(w, { type: "BOOKMARK", object: this.#bookmarkObject(kind) });
+    };
+    if (o.allowBookmarks && this.#bookmarkMs > 0) w.timers.push(setInterval(bookmark, this.#bookmarkMs));
+    // ... and one 2 s before the deadline, so the next watch resumes from as recent a version as possible.
+    const timeoutS = o.timeoutSeconds ?? 0;
+    if (o.allowBookmarks && this.#watchCacheBookmarks && timeoutS > 2) {
+      w.timers.push(setTimeout(bookmark, (timeoutS - 2) * 1000));
     }
     if (o.timeoutSeconds !== undefined && o.timeoutSeconds > 0) {
       w.timers.push(setTimeout(() => this.#finishWatch(w, "end"), o.timeoutSeconds * 1000));
