@@ -7,7 +7,7 @@
  *
  *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
  *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet] [--http2=false]
- *                          [--watch-cache-bookmarks=false]
+ *                          [--watch-cache-bookmarks=false] [--modes=watch,poll-list,poll]
  *
  * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
  * and each node holds 3 watches open).
@@ -38,7 +38,7 @@ import { syntheticCluster } from "./synthetic_cluster.ts";
 import { startCountingRelay } from "../tests/support/counting_relay.ts";
 
 type Mode = "watch" | "poll-list" | "poll";
-const MODES: Mode[] = ["watch", "poll-list", "poll"];
+const ALL_MODES: Mode[] = ["watch", "poll-list", "poll"];
 const NODE = "bench-node";
 
 const args = new Map(
@@ -55,6 +55,9 @@ const fleet = num("fleet", 200);
 const fleetServices = num("fleet-services", 100);
 const fleetWindowS = num("fleet-window", 60);
 const only = new Set((args.get("only") ?? "node,fleet").split(","));
+/** The modes to measure (e.g. `--modes=watch --window=900`: watch mode over its own re-watches, 300–600 s). */
+const MODES = (args.get("modes") ?? ALL_MODES.join(",")).split(",") as Mode[];
+for (const m of MODES) if (!ALL_MODES.includes(m)) throw new Error(`--modes: unknown mode ${m}`);
 /** The test apiserver offers HTTP/2 by ALPN, as a real apiserver does (`--http2=false`: HTTP/1.1 only). */
 const offerHttp2 = args.get("http2") !== "false";
 /** Bookmarks timed as a real apiserver's watch cache sends them (TestApiserverOptions.watchCacheBookmarks). */
@@ -180,7 +183,7 @@ function change(srv: TestApiserver): void {
   srv.update("endpointslices", s);
 }
 
-const mib = (b: number) => (b / 1024 / 1024).toFixed(2);
+const mib = (b: number) => (b / 1024 / 1024).toFixed(3);
 
 async function nodeFigures(): Promise<void> {
   console.log(
