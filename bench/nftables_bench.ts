@@ -34,11 +34,17 @@ const budget = arg("budget", "") === "" ? undefined : Number(arg("budget", ""));
 const changes = Number(arg("changes", "9"));
 const scope = new NetnsScope("nftbench");
 
-async function session(nsName: string, prefix: readonly string[], libnftables: boolean): Promise<NftSession> {
+/** A session through one writer: our netlink batches, libnftables (large ones to `nft -f -`), or `nft -f -`. */
+async function session(
+  nsName: string,
+  prefix: readonly string[],
+  writer: "netlink" | "libnftables" | "nft",
+): Promise<NftSession> {
   return await openNftSession({
     commandPrefix: prefix,
     netnsPath: `/var/run/netns/${nsName}`,
-    libnftables,
+    libnftables: writer === "libnftables",
+    netlink: writer === "netlink",
     timeoutMs: 600_000,
   });
 }
@@ -71,20 +77,22 @@ try {
 
     if (size <= singleMax) {
       const ns = await scope.create(`s${size}`);
-      const s = await session(ns.name, ns.prefix, false);
+      const s = await session(ns.name, ns.prefix, "nft");
       const single = await timeRun(s, full.transaction);
       console.log(`first sync, one transaction (nft -f -): ${ms(single)}`);
       await s.close();
     }
 
     const ns = await scope.create(`b${size}`);
-    const proc = await session(ns.name, ns.prefix, false);
-    const lib = await session(ns.name, ns.prefix, true);
+    const proc = await session(ns.name, ns.prefix, "nft");
+    const lib = await session(ns.name, ns.prefix, "libnftables");
+    const nl = await session(ns.name, ns.prefix, "netlink");
+    const firstVia = nl.netlink !== null ? nl : lib;
     const times: number[] = [];
-    for (const p of parts) times.push(await timeRun(lib, p));
+    for (const p of parts) times.push(await timeRun(firstVia, p));
     const total = times.reduce((a, b) => a + b, 0);
     console.log(
-      `first sync, bounded (${
+      `first sync (${firstVia.writer}), bounded (${
         chunk ?? `adaptive, budget ${budget ?? "default"}`
       }): ${parts.length} transactions, ` +
         `total ${ms(total)}, max ${ms(Math.max(...times))} (transaction ${
@@ -96,12 +104,13 @@ try {
     if (size !== sizes[sizes.length - 1]) {
       await proc.close();
       await lib.close();
+      await nl.close();
       continue;
     }
 
-    // One-endpoint changes on the largest table: ours (incremental) through libnftables and nft -f -.
+    // One-endpoint changes on the largest table: ours (incremental) through netlink, libnftables and nft -f -.
     const index = plainServiceIndex(cluster);
-    const ours: { render: number; bytes: number; lib?: number; proc?: number }[] = [];
+    const ours: { render: number; bytes: number; nl?: number; lib?: number; proc?: number }[] = [];
     for (let g = 1; g <= changes; g++) {
       const i = (index + g) % cluster.services.length;
       const svc = cluster.services[i];
@@ -111,20 +120,22 @@ try {
       const changed = model.endpoints.apply(model.endpointsTracker).updatedServices;
       const r = inc.sync({ ...base, services: model.services }, changed);
       const render = performance.now() - t;
-      const via = ours.length % 2 === 0 ? "lib" : "proc";
-      const commit = await timeRun(via === "lib" ? lib : proc, r.transaction);
+      const via = (["nl", "lib", "proc"] as const)[ours.length % 3];
+      const commit = await timeRun(via === "nl" ? nl : via === "lib" ? lib : proc, r.transaction);
       ours.push({ render, bytes: byteLength(r.transaction), [via]: commit });
       // Upstream deletes stale chains in a later sync; do it between measurements.
       await proc.run(inc.staleChainDeletion(base));
     }
     const med = (xs: number[]) => round(summarize(xs).median);
+    const nlMs = ours.flatMap((o) => o.nl ?? []);
     const libMs = ours.flatMap((o) => o.lib ?? []);
     const procMs = ours.flatMap((o) => o.proc ?? []);
     console.log(
       `one-endpoint change (incremental, ${ours.length} changes): render median ${
         med(ours.map((o) => o.render))
       } ms, ` +
-        `payload median ${med(ours.map((o) => o.bytes))} B; commit median: libnftables ${med(libMs)} ms ` +
+        `payload median ${med(ours.map((o) => o.bytes))} B; commit median: netlink ${med(nlMs)} ms ` +
+        `(${nlMs.map((x) => round(x)).join(", ")}), libnftables ${med(libMs)} ms ` +
         `(${libMs.map((x) => round(x)).join(", ")}), nft -f - ${med(procMs)} ms (${
           procMs.map((x) => round(x)).join(", ")
         })`,
@@ -190,6 +201,7 @@ try {
     );
     await proc.close();
     await lib.close();
+    await nl.close();
   }
 } finally {
   await scope.cleanup();

@@ -4,11 +4,14 @@
  * address of the node) in its own process. Prints figures, asserts nothing:
  *   single-stream MiB/s (direct through the node's kernel routing, and through the proxy), new connections/s
  *   over 20k connections (failures counted), added latency p50 per connection, proxy CPU per GiB and per
- *   connection, time to bind 1,000 service ports, proxy RSS, UDP request/response rate.
+ *   connection, time to bind 1,000 service ports, proxy RSS, UDP request/response rate and proxy CPU per
+ *   UDP request.
  *
  * Run as root: `bun bench/userspace_bench.ts` (or `deno run -A bench/userspace_bench.ts`).
  * Options: --gib=N (single stream, default 2), --conns=N (default 20000), --concurrency=N (default 64),
- * --transport=node (the proxy's TCP over node:net even under Bun, to compare with Bun's native sockets).
+ * --transport=node (the proxy's TCP over node:net even under Bun, to compare with Bun's native sockets),
+ * --transport=bun-copy (Bun's sockets without the splice(2) worker: every byte through the callbacks),
+ * --udp=node (the proxy's UDP over node:dgram even under Bun, to compare with Bun.udpSocket).
  */
 import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -23,6 +26,7 @@ const SINK_PORT = 9000; // counts bytes, answers the count after the client's FI
 const HELLO_PORT = 9001; // answers one byte and closes
 const UDP_PORT = 9002; // echoes datagrams
 const SVC = { sink: 80, hello: 81, udp: 53 };
+const UDP_REQUESTS = 20000;
 
 function arg(name: string, fallback: number): number {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
@@ -63,7 +67,15 @@ async function proxyRole(): Promise<void> {
   const { newEndpointInfo } = await import("../lib/proxy/endpoints.ts");
   const { tcpTransport } = await import("../lib/runtime/tcp_transport.ts");
   const { nodeTcpTransport } = await import("../lib/runtime/tcp_transport_node.ts");
-  const transport = process.argv.includes("--transport=node") ? nodeTcpTransport : tcpTransport();
+  const { bunTcpTransport } = await import("../lib/runtime/tcp_transport_bun.ts");
+  const transport = process.argv.includes("--transport=node")
+    ? nodeTcpTransport
+    : process.argv.includes("--transport=bun-copy")
+    ? bunTcpTransport({ zeroCopy: false })!
+    : tcpTransport();
+  const { nodeUdpTransport } = await import("../lib/runtime/udp_transport_node.ts");
+  const { udpTransport } = await import("../lib/runtime/udp_transport.ts");
+  const udp = process.argv.includes("--udp=node") ? nodeUdpTransport : udpTransport();
   type SPI = import("../lib/proxy/types.ts").ServicePortInfo;
   const svc = (name: string, clusterIP: string, port: number, protocol: "TCP" | "UDP"): SPI => ({
     name: { namespace: "bench", name, port: "p", protocol },
@@ -110,6 +122,7 @@ async function proxyRole(): Promise<void> {
     nodePortAddresses: [],
     udpIdleTimeoutMs: 5000,
     transport,
+    udpTransport: udp,
   });
   const services = new ServicePortMap();
   const endpoints = new EndpointsMap();
@@ -134,7 +147,7 @@ async function proxyRole(): Promise<void> {
   put(svc("hello", SVC_IP, SVC.hello, "TCP"), HELLO_PORT);
   put(svc("udp", SVC_IP, SVC.udp, "UDP"), UDP_PORT);
   await backend.sync(state(), { full: false });
-  console.log(`ready ${bindMs.toFixed(1)} ${backend.listeners().size} ${transport.name}`);
+  console.log(`ready ${bindMs.toFixed(1)} ${backend.listeners().size} ${transport.name} ${udp.name}`);
 }
 
 // ---- client measurements ------------------------------------------------------------------------------
@@ -232,8 +245,10 @@ async function clientRole(): Promise<void> {
   await waitLine("go");
   out.directP50Ms = await latencyP50(BACKEND_IP, HELLO_PORT, 2000);
   out.proxyP50Ms = await latencyP50(SVC_IP, SVC.hello, 2000);
-  out.udpDirectPerS = await udpRate(BACKEND_IP, UDP_PORT, 20000);
-  out.udpProxyPerS = await udpRate(SVC_IP, SVC.udp, 20000);
+  console.log("phase udp");
+  await waitLine("go");
+  out.udpDirectPerS = await udpRate(BACKEND_IP, UDP_PORT, UDP_REQUESTS);
+  out.udpProxyPerS = await udpRate(SVC_IP, SVC.udp, UDP_REQUESTS);
   console.log(`result ${JSON.stringify(out)}`);
 }
 
@@ -330,9 +345,13 @@ async function main(): Promise<void> {
     const backend = start(B, "backend");
     kids.push(backend);
     await backend.line("ready");
-    const proxy = start(N, "proxy", process.argv.filter((a) => a.startsWith("--transport=")));
+    const proxy = start(
+      N,
+      "proxy",
+      process.argv.filter((a) => a.startsWith("--transport=") || a.startsWith("--udp=")),
+    );
     kids.push(proxy);
-    const [, bindMs, listeners, transportName] = (await proxy.line("ready")).split(" ");
+    const [, bindMs, listeners, transportName, udpName] = (await proxy.line("ready")).split(" ");
     const pid = proxy.child.pid!;
     const client = start(C, "client", process.argv.slice(2));
     kids.push(client);
@@ -347,7 +366,11 @@ async function main(): Promise<void> {
     await client.line("phase latency");
     const cpuC = cpuSeconds(pid);
     client.child.stdin!.write("go\n");
+    await client.line("phase udp");
+    const cpuD = cpuSeconds(pid);
+    client.child.stdin!.write("go\n");
     const result = JSON.parse((await client.line("result")).slice(7));
+    const cpuE = cpuSeconds(pid);
     const mem = rssMiB(pid);
     const gib = arg("gib", 2);
     const conns = arg("conns", 20000);
@@ -383,9 +406,12 @@ async function main(): Promise<void> {
         `${f(result.udpProxyPerS)}/s (direct ${f(result.udpDirectPerS)}/s)`,
         "measured",
       ],
+      ["proxy CPU per UDP request and reply", `${f(((cpuE - cpuD) / UDP_REQUESTS) * 1e6)} µs`, "measured"],
     ];
     const runtime = typeof (globalThis as { Deno?: unknown }).Deno !== "undefined" ? "deno" : "bun";
-    console.log(`userspace proxy benchmark (${runtime}, ${transportName} sockets, ${gib} GiB stream)`);
+    console.log(
+      `userspace proxy benchmark (${runtime}, TCP: ${transportName} sockets, UDP: ${udpName}, ${gib} GiB stream)`,
+    );
     for (const [k, v, t] of rows) console.log(`  ${k.padEnd(44)} ${v.padEnd(60)} target ${t}`);
   } finally {
     for (const k of kids) k.child.kill("SIGKILL");

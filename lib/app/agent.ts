@@ -15,6 +15,7 @@ import type { SyncInfo } from "../proxy/proxier.ts";
 import { log } from "../log.ts";
 import { StateStore } from "../source/state_store.ts";
 import { withNodeValidation } from "../source/node_validation.ts";
+import { withServiceCIDRConfig } from "../source/service_cidrs.ts";
 import { StateCacheWriter } from "../source/state_cache_writer.ts";
 import { localAddresses, primaryNodeIP } from "../proxy/node_addresses.ts";
 import { RealClock } from "../runtime/clock.ts";
@@ -231,7 +232,8 @@ export async function runAgent(
     onSynced,
   });
 
-  store = new StateStore(withNodeValidation(proxiers, (m) => log.warn(m)));
+  const warn = (m: string) => log.warn(m);
+  store = new StateStore(withServiceCIDRConfig(withNodeValidation(proxiers, warn), warn));
   if (options.stateDir && !dryRun) {
     cacheWriter = new StateCacheWriter(store, {
       dir: options.stateDir,

@@ -1,6 +1,7 @@
 /**
  * Connects the agent to the apiserver: kubeconfig/in-cluster credentials, the rate-limited transport,
- * list/watch (or poll) of Services, EndpointSlices and the own Node, and the "Starting" event.
+ * list/watch (or poll) of Services, EndpointSlices, the own Node (and ServiceCIDRs in nftables mode), and
+ * the "Starting" event.
  * Credentials are resolved first and apart ({@link resolveApiserverConfig}), so that the agent can refuse
  * a broken kubeconfig before it touches the host.
  */
@@ -57,6 +58,8 @@ export async function startApiserver(
     nodeName,
     handlers,
     mode: options.apiMode,
+    // Only the nftables mode programs service CIDRs ("drop traffic to unallocated ClusterIPs").
+    serviceCIDRs: config.mode === "nftables",
     pollIntervalMs: options.pollInterval,
     stats,
     log,

@@ -707,7 +707,8 @@ export const FLAGS: readonly FlagDef[] = [
   }),
   opt("manifests", "string", "manifests", (r) => r, quoted, {
     group: "edgeproxy",
-    usage: "Read Services and EndpointSlices from this YAML/JSON file or directory instead of the apiserver.",
+    usage:
+      "Read Services, EndpointSlices, the Node and ServiceCIDRs from this YAML/JSON file or directory instead of the apiserver.",
   }),
   opt("dry-run", "bool", "dryRun", parseGoBool, trueOnly, {
     group: "edgeproxy",

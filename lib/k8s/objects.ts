@@ -1,10 +1,11 @@
 /**
  * The Kubernetes API objects edgeproxy reads, as they arrive in JSON from the apiserver, a manifest file or
- * the state cache: @kubernetes/client-node's generated models (V1Service, V1EndpointSlice, V1Node) seen
+ * the state cache: @kubernetes/client-node's generated models (V1Service, V1EndpointSlice, V1Node, V1ServiceCIDR) seen
  * through {@link Wire}, because those models describe client-node's deserialised objects, not the wire:
  * their timestamps are Date (raw JSON never is) and some fields are required that a peer may omit.
  * Validation happens where each is consumed: lib/proxy/service_port.ts (Services),
- * lib/proxy/endpoint_slice_cache.ts (EndpointSlices), lib/source/node_shape.ts (the Node).
+ * lib/proxy/endpoint_slice_cache.ts (EndpointSlices), lib/source/node_shape.ts (the Node),
+ * lib/source/service_cidrs.ts (ServiceCIDRs).
  */
 import type {
   DiscoveryV1EndpointPort,
@@ -13,6 +14,7 @@ import type {
   V1Node,
   V1ObjectMeta,
   V1Service,
+  V1ServiceCIDR,
   V1ServicePort,
 } from "@kubernetes/client-node";
 
@@ -44,6 +46,8 @@ export type EndpointSlice = Omit<Wire<V1EndpointSlice>, "endpoints" | "ports"> &
 };
 /** core/v1 Node. */
 export type Node = Wire<V1Node>;
+/** networking.k8s.io/v1 ServiceCIDR (cluster-scoped; spec.cidrs: at most one per family). */
+export type ServiceCIDR = Wire<V1ServiceCIDR>;
 
 /** A List response (`kind: ServiceList`, `List`, ...). */
 export interface ObjectList<T> {

@@ -1,7 +1,11 @@
 /**
  * A list+watch loop for one resource, modelled on client-go's Reflector (tools/cache/reflector.go):
- * - a paginated LIST at the latest resourceVersion, diffed against the store (adds, updates, deletes; the
- *   first list ends with `onSynced`);
+ * - a LIST diffed against the store (adds, updates, deletes; the first list ends with `onSynced`), at the
+ *   resourceVersion client-go's `relistResourceVersion` picks: "0" for the first one (served by the
+ *   apiserver's watch cache in one response, `limit` ignored; paginated when the cache is off), the last
+ *   resourceVersion seen for later ones (from the watch cache, so sent without `limit`), and "" (a
+ *   consistent read, paginated) after such a list failed with 410 or "Too large resource version", or
+ *   when one response would exceed {@link MAX_API_MESSAGE_BYTES};
  * - a WATCH from the list's resourceVersion with allowWatchBookmarks and timeoutSeconds in [300, 600)
  *   (one watch: lib/k8s/watch_stream.ts);
  * - a watch that was established and then ended (server-side timeout, EOF, connection reset or any other
@@ -31,7 +35,16 @@ import { FailureTracker } from "./failure_tracker.ts";
 import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
 import { ResourceSink } from "./resource_sink.ts";
 import type { ApiStats } from "./stats.ts";
-import { type ApiTransport, errorChain, isExpired, listAll, type Logger, silentLogger } from "./transport.ts";
+import { MessageTooLargeError } from "./bounded_read.ts";
+import {
+  type ApiTransport,
+  errorChain,
+  isExpired,
+  isTooLargeResourceVersion,
+  listAll,
+  type Logger,
+  silentLogger,
+} from "./transport.ts";
 import type { KubeObject, ObjectStore } from "./store.ts";
 import { type WatchCursor, watchOnce, type WatchOutcome } from "./watch_stream.ts";
 
@@ -124,6 +137,21 @@ export class Reflector<T extends KubeObject> {
   /** A watch is being tried again after a fallback. */
   #retrying = false;
   #bufferingWarned = false;
+  /**
+   * client-go's isLastSyncResourceVersionUnavailable: a list at our resourceVersion failed with 410 or
+   * "Too large resource version", so the next one is a consistent read ("") until a list succeeds.
+   */
+  #rvUnavailable = false;
+  /**
+   * client-go's paginatedResult: a resourceVersion=0 list came back in pages, so the watch cache is off
+   * for this resource and later lists page too.
+   */
+  #paginated = false;
+  /**
+   * One response of the whole list was over the size limit: every later list pages, and "0" (which the
+   * watch cache answers in one response whatever the limit) becomes a consistent read.
+   */
+  #oversize = false;
 
   /** Nothing happens until {@link start}. */
   constructor(opts: ReflectorOptions<T>) {
@@ -337,29 +365,74 @@ export class Reflector<T extends KubeObject> {
     }
   }
 
+  /** client-go's relistResourceVersion: "" after an unavailable one, "0" before any, else the last seen. */
+  #relistResourceVersion(): string {
+    if (this.#rvUnavailable) return "";
+    return this.#cursor.rv === "" ? "0" : this.#cursor.rv;
+  }
+
+  /**
+   * One complete LIST, applied to the store. `resourceVersion` forces one (the poll fallback's "0");
+   * otherwise {@link #relistResourceVersion}. A list at a resourceVersion that the server cannot serve
+   * (410, "Too large resource version") is retried at once as a paginated consistent read, as client-go
+   * does; so is one whose single response is over our size limit (client-go has none).
+   */
   async #list(signal: AbortSignal, resourceVersion?: "0"): Promise<void> {
     if (this.#lists > 0) this.#stats?.recordRelist(this.#spec.resource);
     this.#lists++;
-    const res = await listAll<unknown>(this.#t, {
-      resourceVersion,
-      path: this.#spec.path,
-      resource: this.#spec.resource,
-      labelSelector: this.#spec.labelSelector,
-      fieldSelector: this.#spec.fieldSelector,
-      limit: this.#timings.pageSize,
-      maxPageBytes: this.#timings.maxMessageBytes,
-      signal,
-      log: this.#log,
-    });
+    let rv = resourceVersion ?? this.#relistResourceVersion();
+    if (rv === "0" && this.#oversize) rv = "";
+    let res;
+    try {
+      res = await this.#listAt(rv, signal);
+    } catch (e) {
+      if (signal.aborted || rv === "") throw e;
+      if (isExpired(e) || isTooLargeResourceVersion(e)) {
+        this.#log.info(
+          `list ${this.#spec.resource}: resourceVersion ${rv} unavailable (${(e as Error).message}); ` +
+            `listing again with a consistent read`,
+        );
+        this.#rvUnavailable = true;
+      } else if (e instanceof MessageTooLargeError && !this.#oversize) {
+        // Warned once: the watch cache cannot page, so from now on every list is a paged read from etcd.
+        this.#log.warn(
+          `list ${this.#spec.resource}: ${e.message}; the whole list does not fit in one response: listing ` +
+            `in pages of ${this.#timings.pageSize} from now on`,
+        );
+        this.#oversize = true;
+      } else throw e;
+      res = await this.#listAt("", signal);
+    }
     if (signal.aborted) return;
+    if (rv === "0" && res.pages > 1) this.#paginated = true;
+    this.#rvUnavailable = false;
     this.#failures.ok("list");
     const n = this.sink.applyList(res.items);
     this.#cursor.rv = res.resourceVersion;
     this.#listedAt = Date.now();
     this.#log.debug(
-      `list ${this.#spec.resource}: ${res.items.length} objects in ${res.pages} page(s), ${n} changes, ` +
-        `resourceVersion ${this.#cursor.rv}`,
+      `list ${this.#spec.resource}: ${res.items.length} objects in ${res.pages} page(s) at resourceVersion ` +
+        `"${rv}", ${n} changes, resourceVersion ${this.#cursor.rv}`,
     );
+  }
+
+  /**
+   * listAll at `rv`. A list at a resourceVersion N is sent without `limit` (served by the watch cache, not
+   * an exact read from etcd that may be compacted) unless lists are paginated for this resource.
+   */
+  #listAt(rv: string, signal: AbortSignal) {
+    const unpaged = rv !== "" && rv !== "0" && !this.#paginated && !this.#oversize;
+    return listAll<unknown>(this.#t, {
+      resourceVersion: rv,
+      path: this.#spec.path,
+      resource: this.#spec.resource,
+      labelSelector: this.#spec.labelSelector,
+      fieldSelector: this.#spec.fieldSelector,
+      limit: unpaged ? 0 : this.#timings.pageSize,
+      maxPageBytes: this.#timings.maxMessageBytes,
+      signal,
+      log: this.#log,
+    });
   }
 
   #watch(stopSignal: AbortSignal): Promise<WatchOutcome> {

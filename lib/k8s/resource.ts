@@ -1,9 +1,15 @@
 /**
  * What one watched resource is: the collection to list and watch with its selectors ({@link ResourceSpec}:
- * Services, EndpointSlices, this node's Node), and the handler its events go to. Shared by the reflector
+ * Services, EndpointSlices, this node's Node, ServiceCIDRs), and the handler its events go to. Shared by the reflector
  * and the poller.
  */
-import { type EndpointSlice, type Node, PROXY_LABEL_SELECTOR, type Service } from "./objects.ts";
+import {
+  type EndpointSlice,
+  type Node,
+  PROXY_LABEL_SELECTOR,
+  type Service,
+  type ServiceCIDR,
+} from "./objects.ts";
 import type { KubeObject } from "./store.ts";
 
 /** Which collection to list and watch, and how to recognise its objects. */
@@ -38,6 +44,17 @@ export const ENDPOINTSLICES_RESOURCE: ResourceSpec = {
   labelSelector: PROXY_LABEL_SELECTOR,
 };
 
+/**
+ * ServiceCIDRs (networking.k8s.io/v1, cluster-scoped, no selector): the ranges ClusterIPs are allocated
+ * from, for the nftables mode's "drop traffic to unallocated ClusterIPs" rule (upstream ServiceCIDRConfig).
+ */
+export const SERVICECIDRS_RESOURCE: ResourceSpec = {
+  resource: "servicecidrs",
+  path: "/apis/networking.k8s.io/v1/servicecidrs",
+  apiVersion: "networking.k8s.io/v1",
+  kind: "ServiceCIDR",
+};
+
 /** The proxy's own Node (fieldSelector metadata.name=<node>). */
 export function nodeResource(nodeName: string): ResourceSpec {
   return {
@@ -53,6 +70,7 @@ export function nodeResource(nodeName: string): ResourceSpec {
 export type ObjectOf<S extends string> = S extends "services" ? Service
   : S extends "endpointslices" ? EndpointSlice
   : S extends "nodes" ? Node
+  : S extends "servicecidrs" ? ServiceCIDR
   : KubeObject;
 
 /** What a reflector or poller calls. `onSynced` is called once, after the first complete list. */

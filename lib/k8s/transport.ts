@@ -86,6 +86,15 @@ export function isExpired(err: unknown): boolean {
   return err instanceof ApiError && (err.code === 410 || err.reason === "Expired" || err.reason === "Gone");
 }
 
+/**
+ * 504 "Too large resource version": a read at a resourceVersion the apiserver's watch cache has not reached
+ * (it waited ~3 s for it). client-go then lists again with resourceVersion="" (a consistent read).
+ */
+export function isTooLargeResourceVersion(err: unknown): boolean {
+  return err instanceof ApiError && (err.code === 504 || err.reason === "Timeout") &&
+    /too large resource version/i.test(err.message);
+}
+
 /** 401 or 403. */
 export function isAuthError(err: unknown): boolean {
   return err instanceof ApiError && (err.code === 401 || err.code === 403);
@@ -351,13 +360,15 @@ export interface ListAllOptions {
   resource: string;
   labelSelector?: string;
   fieldSelector?: string;
-  /** Page size (default 500, as client-go's pager). */
+  /** Page size (default 500, as client-go's pager); 0 sends no limit (one response). */
   limit?: number;
   /**
-   * "0" lists from the apiserver's watch cache (any recent state, cheap for the server; the cache may
-   * ignore `limit`); unset lists at the latest resourceVersion from etcd. Continue pages never send it.
+   * "0" lists from the apiserver's watch cache (any recent state, cheap for the server; the cache ignores
+   * `limit` and answers in one response); a resourceVersion N lists a state not older than N (from the
+   * watch cache when sent without `limit`); unset lists at the latest resourceVersion (a consistent read).
+   * Continue pages never send it.
    */
-  resourceVersion?: "0";
+  resourceVersion?: string;
   signal?: AbortSignal;
   /** Largest page body accepted (bytes; default the transport's limit, {@link MAX_API_MESSAGE_BYTES}). */
   maxPageBytes?: number;
@@ -372,7 +383,7 @@ export interface ListAllOptions {
  * expires (410) the list starts over from the first page, since pages of different snapshots must not mix.
  */
 export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise<ListResult<T>> {
-  const limit = String(opts.limit ?? 500);
+  const limit = opts.limit === 0 ? undefined : String(opts.limit ?? 500);
   let pages = 0;
   for (let restart = 0;; restart++) {
     const items: T[] = [];

@@ -7,6 +7,10 @@
  * once per event), and change detection compares those reductions: an update that changes nothing the
  * proxier uses (resourceVersion, targetRef, ...) is not a change. Checking out pending changes costs
  * O(slices of the changed Services).
+ *
+ * Endpoints are held once: a slice is kept as the EndpointInfo of each (port, endpoint) pair, built when
+ * it arrives, and the merged per-ServicePort arrays handed to the EndpointsMap hold those same objects
+ * (not a second, per-port copy of each endpoint next to the slice's fields).
  */
 import type { EndpointSlice } from "../k8s/objects.ts";
 import { LABEL_SERVICE_NAME, namespacedName } from "../k8s/objects.ts";
@@ -69,8 +73,15 @@ export interface EndpointSliceKeys {
   readonly sliceName: string;
 }
 
+/**
+ * What the cache keeps of one slice: its ports and, per port (same index), the EndpointInfo of each of
+ * its endpoints on that port, in slice order. A slice without ports keeps its endpoint fields instead,
+ * so that a change to them is still a change (as upstream, which compares whole slice infos).
+ */
 interface SliceEntry {
-  readonly data: EndpointSliceData;
+  readonly ports: readonly EndpointSlicePort[];
+  readonly byPort: readonly (readonly EndpointInfo[])[];
+  readonly portless: readonly EndpointFields[] | null;
 }
 
 interface ServiceTracker {
@@ -86,7 +97,7 @@ interface ServiceTracker {
 /** Equal slice states (null = absent), compared by value without keeping a text copy per slice. */
 function sameEntry(a: SliceEntry | null, b: SliceEntry | null): boolean {
   if (a === null || b === null) return a === b;
-  return sameValue(a.data, b.data);
+  return sameValue(a.ports, b.ports) && sameValue(a.byPort, b.byPort) && sameValue(a.portless, b.portless);
 }
 
 /**
@@ -292,8 +303,7 @@ export class EndpointSliceCache {
       return changed;
     }
     this.#sliceOwner.set(ownerKey, service);
-    const data = endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn);
-    const entry: SliceEntry = { data };
+    const entry = this.#entryOf(endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn));
     if (this.#setPending(service, keys.sliceName, entry, keys)) changed.push(service);
     return changed;
   }
@@ -367,13 +377,24 @@ export class EndpointSliceCache {
     return true;
   }
 
+  /** The EndpointInfo of each (port, endpoint) pair of a slice; its fields are not kept beside them. */
+  #entryOf(data: EndpointSliceData): SliceEntry {
+    if (data.ports.length === 0) return { ports: data.ports, byPort: [], portless: data.endpoints };
+    const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
+    const byPort = data.ports.map((port) =>
+      data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i]))
+    );
+    return { ports: data.ports, byPort, portless: null };
+  }
+
   /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
   #endpointsOf(t: ServiceTracker): ServiceEndpoints {
     const byPort = new Map<string, { name: ServicePortName; set: Map<string, EndpointInfo> }>();
     // Slice order is fixed (by name) so that ties below resolve the same way every time.
     for (const sliceName of [...t.applied.keys()].sort()) {
-      const { data } = t.applied.get(sliceName)!;
-      for (const port of data.ports) {
+      const entry = t.applied.get(sliceName)!;
+      for (let p = 0; p < entry.ports.length; p++) {
+        const port = entry.ports[p];
         const name: ServicePortName = {
           namespace: t.namespace,
           name: t.name,
@@ -386,9 +407,7 @@ export class EndpointSliceCache {
           group = { name, set: new Map() };
           byPort.set(key, group);
         }
-        for (const ep of data.endpoints) {
-          const isLocal = this.nodeName !== "" && ep.nodeName === this.nodeName;
-          const info = newEndpointInfo(ep, port.port, isLocal);
+        for (const info of entry.byPort[p]) {
           // The same IP twice (an Endpoint moving between slices, or a new Pod reusing the IP of a
           // terminating one): prefer the non-terminating one (upstream #135593).
           if (!group.set.has(info.endpoint) || !info.terminating) group.set.set(info.endpoint, info);

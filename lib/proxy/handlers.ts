@@ -1,4 +1,4 @@
-import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
+import type { EndpointSlice, Node, Service, ServiceCIDR } from "../k8s/objects.ts";
 
 /**
  * Service event handlers, modelled on upstream's config.ServiceHandler. Sources (apiserver watch, poll,
@@ -28,5 +28,32 @@ export interface NodeHandler {
   onNodeSynced(): void;
 }
 
-/** Everything a source feeds. */
-export interface ProxyHandlers extends ServiceHandler, EndpointSliceHandler, NodeHandler {}
+/**
+ * ServiceCIDR object events (networking.k8s.io/v1), as sources deliver them; lib/source/service_cidrs.ts
+ * turns them into {@link ServiceCIDRsHandler} calls. `onServiceCIDRsSynced` is called once, after the
+ * first complete list; nothing waits for it (an apiserver may not serve the API).
+ */
+export interface ServiceCIDRHandler {
+  onServiceCIDRAdd(serviceCIDR: ServiceCIDR): void;
+  onServiceCIDRUpdate(oldServiceCIDR: ServiceCIDR, serviceCIDR: ServiceCIDR): void;
+  onServiceCIDRDelete(serviceCIDR: ServiceCIDR): void;
+  onServiceCIDRsSynced(): void;
+}
+
+/** Upstream's config.ServiceCIDRHandler: told the complete list of service CIDRs after every change. */
+export interface ServiceCIDRsHandler {
+  /** Every valid CIDR of every ServiceCIDR object (both families), normalised, sorted, each once. */
+  onServiceCIDRsChanged(cidrs: readonly string[]): void;
+}
+
+/**
+ * Everything a source feeds. The ServiceCIDR methods are optional: only the nftables mode uses service
+ * CIDRs, and a consumer without them ignores those events.
+ */
+export interface ProxyHandlers
+  extends
+    ServiceHandler,
+    EndpointSliceHandler,
+    NodeHandler,
+    Partial<ServiceCIDRHandler>,
+    Partial<ServiceCIDRsHandler> {}

@@ -86,4 +86,8 @@ export class MetaProxier implements ProxyHandlers {
   onNodeSynced(): void {
     for (const p of this.#proxiers) p.onNodeSynced();
   }
+  /** @inheritdoc */
+  onServiceCIDRsChanged(cidrs: readonly string[]): void {
+    for (const p of this.#proxiers) p.onServiceCIDRsChanged?.(cidrs);
+  }
 }

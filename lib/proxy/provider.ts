@@ -24,6 +24,11 @@ export interface ProxyState {
   readonly nodeLabels: Readonly<Record<string, string>>;
   /** How local pod traffic is recognised. */
   readonly localDetection: LocalDetection;
+  /**
+   * The service CIDRs of this family from ServiceCIDR objects (normalised, sorted), when watched; only
+   * the nftables mode uses them.
+   */
+  readonly serviceCIDRs?: readonly string[];
 }
 
 /** What a successful provider sync reports to the loop. */

@@ -23,6 +23,7 @@ import { type LocalDetection, nodePodCIDRs } from "./local_detect.ts";
 import { BoundedFrequencyRunner } from "./runner/bounded_frequency_runner.ts";
 import type { Clock, TimerHandle } from "../runtime/clock.ts";
 import type { KubeProxyMetrics } from "../metrics/kubeproxy.ts";
+import { ipVersion } from "../net/ip.ts";
 
 /** Upstream proxyutil.FullSyncPeriod: a full resync at least this often. */
 export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
@@ -99,6 +100,8 @@ export class Proxier implements ProxyHandlers {
   readonly #labels: Record<string, string> = {};
   #node: Node | null = null;
   #localDetection: LocalDetection;
+  /** This family's service CIDRs (upstream OnServiceCIDRsChanged). */
+  #serviceCIDRs: readonly string[] = [];
   #servicesSynced = false;
   #endpointSlicesSynced = false;
   #needFullSync = true;
@@ -229,6 +232,20 @@ export class Proxier implements ProxyHandlers {
   /** @inheritdoc */
   onNodeSynced(): void {}
 
+  /**
+   * Keeps this family's CIDRs (upstream OnServiceCIDRsChanged) and, when they changed, asks for a sync:
+   * upstream only takes them into its next full sync; the nftables provider rewrites just the rule that
+   * uses them.
+   */
+  onServiceCIDRsChanged(cidrs: readonly string[]): void {
+    const ours = cidrs.filter((c) =>
+      (ipVersion(c.slice(0, c.indexOf("/"))) === 6) === (this.family === "IPv6")
+    );
+    if (ours.join(",") === this.#serviceCIDRs.join(",")) return;
+    this.#serviceCIDRs = ours;
+    if (this.#initialized) this.sync();
+  }
+
   #setNode(node: Node): void {
     if (node.metadata?.name !== this.#o.nodeName) {
       this.#o.log.error(
@@ -331,6 +348,7 @@ export class Proxier implements ProxyHandlers {
         changedServices: new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]),
         nodeLabels: this.#labels,
         localDetection: this.#localDetection,
+        serviceCIDRs: this.#serviceCIDRs,
       }, { full });
     } catch (e) {
       o.log.error(

@@ -185,13 +185,31 @@ export function parseNewGen(reply: Uint8Array): number {
   throw new Error("nftables generation: reply carries no NFTA_GEN_ID");
 }
 
+/** A NETLINK_NETFILTER socket through libc (the one netlink implementation of the nftables adapters). */
+export interface NetfilterSocket {
+  /** Sends `buf` as one datagram; the number of bytes sent (negative on error). */
+  send(buf: Uint8Array): number;
+  /** Receives into `buf`; the number of bytes (≤ 0 on error or, with `dontWait`, when nothing is queued). */
+  recv(buf: Uint8Array, dontWait?: boolean): number;
+  /** Sets a SOL_SOCKET option to a 32-bit value; 0 on success. */
+  setSocketOption(option: number, value: number): number;
+  /** Closes the socket and the library handle. */
+  close(): void;
+}
+
+/** SOL_SOCKET options the adapters set (root may exceed the sysctl maxima with the FORCE forms). */
+export const SO_SNDBUFFORCE = 32;
+export const SO_RCVBUFFORCE = 33;
+const SOL_SOCKET = 1;
+const MSG_DONTWAIT = 0x40;
+
 /**
- * Opens a reader on a netlink socket created in `netnsPath` (default: ours), or returns null when
- * `bun:ffi` or libc is not available. Throws when the socket cannot be created.
+ * Opens a NETLINK_NETFILTER socket in `netnsPath` (default: ours), or returns null when `bun:ffi` or libc
+ * is not available. Throws when the socket cannot be created.
  */
-export async function openNftNetlink(
+export async function openNetfilterSocket(
   opts: { readonly netnsPath?: string } = {},
-): Promise<NftNetlinkReader | null> {
+): Promise<NetfilterSocket | null> {
   if (typeof (globalThis as { Bun?: unknown }).Bun === "undefined") return null;
   const specifier = ["bun", "ffi"].join(":");
   const ffi = await import(specifier) as BunFfi;
@@ -202,6 +220,7 @@ export async function openNftNetlink(
       socket: { args: [T.i32, T.i32, T.i32], returns: T.i32 },
       send: { args: [T.i32, T.ptr, T.u64, T.i32], returns: T.i64 },
       recv: { args: [T.i32, T.ptr, T.u64, T.i32], returns: T.i64 },
+      setsockopt: { args: [T.i32, T.i32, T.i32, T.ptr, T.u32], returns: T.i32 },
       close: { args: [T.i32], returns: T.i32 },
     });
   } catch {
@@ -212,20 +231,42 @@ export async function openNftNetlink(
   const fd = opts.netnsPath === undefined ? open() : enterNetns(ffi, opts.netnsPath, open);
   if (fd < 0) {
     libc.close();
-    throw new Error("nftables generation: cannot open a NETLINK_NETFILTER socket");
+    throw new Error("nftables netlink: cannot open a NETLINK_NETFILTER socket");
   }
+  return {
+    send: (buf) => Number(s.send(fd, buf as unknown as Pointer, buf.length, 0)),
+    recv: (buf, dontWait = false) =>
+      Number(s.recv(fd, buf as unknown as Pointer, buf.length, dontWait ? MSG_DONTWAIT : 0)),
+    setSocketOption: (option, value) =>
+      s.setsockopt(fd, SOL_SOCKET, option, new Int32Array([value]) as unknown as Pointer, 4) as number,
+    close: () => {
+      s.close(fd);
+      libc.close();
+    },
+  };
+}
+
+/**
+ * Opens a reader on a netlink socket created in `netnsPath` (default: ours), or returns null when
+ * `bun:ffi` or libc is not available. Throws when the socket cannot be created.
+ */
+export async function openNftNetlink(
+  opts: { readonly netnsPath?: string } = {},
+): Promise<NftNetlinkReader | null> {
+  const sock = await openNetfilterSocket(opts);
+  if (sock === null) return null;
   // Large enough for one dump batch of the kernel (it fills up to ~32 KiB per receive).
   const reply = new Uint8Array(256 * 1024);
   let seq = 0;
   let closed = false;
   const send = (req: Uint8Array, what: string) => {
     if (closed) throw new Error("nftables netlink: reader is closed");
-    if (Number(s.send(fd, req as unknown as Pointer, req.length, 0)) !== req.length) {
+    if (sock.send(req) !== req.length) {
       throw new Error(`nftables netlink: ${what}: send failed`);
     }
   };
   const receive = (what: string): Uint8Array => {
-    const n = Number(s.recv(fd, reply as unknown as Pointer, reply.length, 0));
+    const n = sock.recv(reply);
     if (n <= 0) throw new Error(`nftables netlink: ${what}: recv failed`);
     return reply.subarray(0, n);
   };
@@ -308,8 +349,7 @@ export async function openNftNetlink(
     close(): void {
       if (closed) return;
       closed = true;
-      s.close(fd);
-      libc.close();
+      sock.close();
     },
   };
 }

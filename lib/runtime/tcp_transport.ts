@@ -2,8 +2,9 @@
  * TCP for the userspace proxy mode, behind one narrow interface: listen, dial with a timeout, and splice
  * two connections (both directions, with backpressure and half-close). Two implementations: Bun's native
  * sockets (`Bun.listen`/`Bun.connect`, in the shipped binary: no stream objects per connection, so fewer
- * allocations and less CPU per byte and per connection) and `node:net` (Deno, and anywhere Bun's API is
- * absent). {@link tcpTransport} picks the one the running runtime has.
+ * allocations and less CPU per connection; bulk connections relayed by splice(2) on a worker thread, so
+ * no copy per byte) and `node:net` (Deno, and anywhere Bun's API is absent). {@link tcpTransport} picks
+ * the one the running runtime has.
  */
 import { bunTcpTransport } from "./tcp_transport_bun.ts";
 import { nodeTcpTransport } from "./tcp_transport_node.ts";

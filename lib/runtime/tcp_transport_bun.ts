@@ -3,10 +3,19 @@
  * for all connections, per-connection state in `socket.data`, no stream objects. Bytes a peer cannot take
  * at once are queued for it and the reading side is paused until the peer's `drain` (backpressure); a FIN
  * shuts down only the peer's write half, after its queue is written (half-close); a connection whose
- * directions have both finished is ended, one that fails tears its peer down.
+ * directions have both finished is ended, one that fails tears its peer down. A pair that has moved
+ * {@link HAND_OVER_BYTES} in one direction goes to the splice(2) worker (tcp_splice_bun.ts) on Linux, so
+ * bulk bytes are not copied through the process.
  */
 import { joinHostPort } from "../net/go_net.ts";
-import { type RelayConn, type RelayListener, stripMapped, type TcpTransport } from "./tcp_relay.ts";
+import {
+  type RelayConn,
+  type RelayListener,
+  type SpliceCounter,
+  stripMapped,
+  type TcpTransport,
+} from "./tcp_relay.ts";
+import { type SplicedPair, spliceEngine } from "./tcp_splice_bun.ts";
 
 /** Bind errors in node:net's words. */
 const BIND_REASONS: Record<string, string> = {
@@ -19,6 +28,8 @@ const BIND_REASONS: Record<string, string> = {
 interface BunSocket {
   data: Side;
   readonly remoteAddress?: string;
+  /** The socket's descriptor (Bun 1.1+); -1 or absent when there is none. */
+  readonly fd?: number;
   write(data: Uint8Array): number;
   pause(): void;
   resume(): void;
@@ -79,6 +90,12 @@ class Side implements RelayConn {
   count: (n: number) => void = () => {};
   /** Runs once when this socket closes. */
   onClose: () => void = () => {};
+  /** Bytes this socket read and its peer took whole, while Bun relays the pair. */
+  relayed = 0;
+  /** Hands the pair to the splice worker (null: not available, or already tried). */
+  handOver: (() => void) | null = null;
+  /** Handed to the splice worker: Bun's socket is closed, the worker holds a duplicate. */
+  spliced: SplicedPair | null = null;
 
   get destroyed(): boolean {
     return this.closed;
@@ -86,6 +103,7 @@ class Side implements RelayConn {
 
   destroy(): void {
     if (this.closed) return;
+    if (this.spliced !== null) return this.spliced.destroy(); // `closed` once the worker reports the end
     this.closed = true; // the close handler runs too; it does nothing twice
     this.socket?.close();
   }
@@ -139,6 +157,13 @@ const handlers: BunSocketHandlers = {
       // The peer's buffer is full: queue the rest, stop reading until it drains.
       peer.pending.push(n > 0 ? chunk.subarray(n) : chunk);
       s.pause();
+      return;
+    }
+    // A connection that carries bulk goes to the splice worker at the first point where nothing is
+    // queued on either side (Bun holds no byte of it then: a write it accepted whole is in the kernel).
+    side.relayed += n;
+    if (side.handOver !== null && side.relayed >= HAND_OVER_BYTES && side.pending.length === 0) {
+      side.handOver();
     }
   },
   drain(s) {
@@ -155,6 +180,7 @@ const handlers: BunSocketHandlers = {
   },
   close(s) {
     const side = s.data;
+    if (side.spliced !== null) return; // Bun let go of its descriptor; the worker relays the connection
     side.closed = true;
     const peer = side.peer;
     // A connection that closes before both directions finished (reset, error, teardown) takes its peer
@@ -169,12 +195,62 @@ const handlers: BunSocketHandlers = {
   },
 };
 
+/**
+ * Bytes one direction of a pair moves through Bun's callbacks before the pair goes to the splice worker.
+ * A hand-over costs about twenty system calls (descriptor duplicates, two pipes, epoll registrations, the
+ * closes at the end) and a wake-up of the worker, so short connections (requests, answers) stay here and
+ * only bulk ones move.
+ */
+export const HAND_OVER_BYTES = 256 * 1024;
+
+/**
+ * Hands a spliced pair to the splice worker when nothing is queued or half-closed on either side:
+ * "taken"; "later" while something is; "refused" when the worker cannot take it (then Bun keeps
+ * relaying it).
+ */
+function handOver(
+  client: Side,
+  up: Side,
+  count: SpliceCounter,
+  onEnd: () => void,
+): "taken" | "later" | "refused" {
+  const cs = client.socket!, us = up.socket!;
+  if (client.early.length > 0 || up.early.length > 0 || client.pending.length > 0 || up.pending.length > 0) {
+    return "later";
+  }
+  if (client.readEnded || up.readEnded || client.writeEnded || up.writeEnded || client.closed || up.closed) {
+    return "later";
+  }
+  if (typeof cs.fd !== "number" || cs.fd < 0 || typeof us.fd !== "number" || us.fd < 0) return "refused";
+  const engine = spliceEngine();
+  const pair = engine?.take(cs.fd, us.fd, count, () => {
+    client.closed = up.closed = true;
+    onEnd();
+  });
+  if (!pair) return "refused";
+  client.spliced = up.spliced = pair;
+  // Closes only Bun's descriptors (close(2), no shutdown): the connections live on in the duplicates.
+  cs.close();
+  us.close();
+  return "taken";
+}
+
+/** What {@link bunTcpTransport} may use. */
+export interface BunTcpOptions {
+  /**
+   * Relay spliced connections with splice(2) on a worker thread (Linux), no byte copied through the
+   * process (default true); false: Bun's socket callbacks copy every byte.
+   */
+  readonly zeroCopy?: boolean;
+}
+
 /** Bun's sockets, or null when not running on Bun. */
-export function bunTcpTransport(): TcpTransport | null {
+export function bunTcpTransport(opts: BunTcpOptions = {}): TcpTransport | null {
+  const zeroCopy = opts.zeroCopy ?? true;
   const bun = (globalThis as { Bun?: BunApi }).Bun;
   if (bun === undefined || typeof bun.listen !== "function") return null;
   return {
-    name: "bun",
+    name: zeroCopy ? "bun" : "bun-copy",
 
     listen(host, port, onAccept, onClose): Promise<RelayListener> {
       let listener: BunListener;
@@ -255,6 +331,18 @@ export function bunTcpTransport(): TcpTransport | null {
         onClose();
         return;
       }
+      const clientClose = client.onClose;
+      if (zeroCopy) {
+        // A refused hand-over (worker unavailable, queue full) is not tried again for the pair.
+        const tryHandOver = () => {
+          const r = handOver(client, up, count, () => {
+            clientClose();
+            onClose();
+          });
+          if (r !== "later") client.handOver = up.handOver = null;
+        };
+        client.handOver = up.handOver = tryHandOver;
+      }
       client.peer = up;
       up.peer = client;
       client.count = (n) => count("in", n);
@@ -263,7 +351,6 @@ export function bunTcpTransport(): TcpTransport | null {
       const closed = () => {
         if (--open === 0) onClose();
       };
-      const clientClose = client.onClose;
       client.onClose = () => {
         clientClose();
         closed();

@@ -1,10 +1,13 @@
 /**
  * The apiserver source: three list+watch reflectors (or pollers with --api-mode=poll) for Services,
- * EndpointSlices (both with upstream's label selector) and the proxy's own Node, feeding ProxyHandlers.
- * Each resource's Synced callback fires once, after its first complete list; the proxier itself waits for
- * both Services and EndpointSlices before its first sync, as upstream does.
+ * EndpointSlices (both with upstream's label selector) and the proxy's own Node, feeding ProxyHandlers,
+ * plus one for ServiceCIDRs when asked (the nftables mode). Each resource's Synced callback fires once,
+ * after its first complete list; the proxier itself waits for both Services and EndpointSlices before its
+ * first sync, as upstream does. Nothing waits for ServiceCIDRs: an apiserver that does not serve them (404)
+ * or forbids them (403) is retried with backoff, as upstream's informer does, and the rules are programmed
+ * without them meanwhile.
  */
-import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
+import type { EndpointSlice, Node, Service, ServiceCIDR } from "../k8s/objects.ts";
 import { Poller } from "../k8s/poller.ts";
 import { Reflector, type ReflectorTimings } from "../k8s/reflector.ts";
 import {
@@ -12,6 +15,7 @@ import {
   nodeResource,
   type ResourceEventHandler,
   type ResourceSpec,
+  SERVICECIDRS_RESOURCE,
   SERVICES_RESOURCE,
 } from "../k8s/resource.ts";
 import { ApiStats } from "../k8s/stats.ts";
@@ -27,6 +31,8 @@ export interface ApiserverSourceOptions {
   nodeName: string;
   handlers: ProxyHandlers;
   mode: "watch" | "poll";
+  /** Also list and watch ServiceCIDRs (default false: only the nftables mode uses them). */
+  serviceCIDRs?: boolean;
   /** Poll period (ms) for mode "poll". */
   pollIntervalMs?: number;
   /** Counters; defaults to the connection's, else a new instance. */
@@ -40,7 +46,10 @@ export interface ApiserverSourceOptions {
 export interface ApiserverSource {
   /** Stops every loop; resolves when all have ended. */
   stop(): Promise<void>;
-  /** Resolves once Services, EndpointSlices and the Node list have each completed their first list. */
+  /**
+   * Resolves once Services, EndpointSlices and the Node list have each completed their first list
+   * (ServiceCIDRs are not waited for).
+   */
   synced: Promise<void>;
   /** Last time (ms since epoch) the apiserver answered anything, or null before the first answer. */
   lastContact(): number | null;
@@ -49,6 +58,8 @@ export interface ApiserverSource {
     services: ObjectStore<Service>;
     endpointSlices: ObjectStore<EndpointSlice>;
     nodes: ObjectStore<Node>;
+    /** Absent unless ServiceCIDRs are watched. */
+    serviceCIDRs?: ObjectStore<ServiceCIDR>;
   };
 }
 
@@ -107,19 +118,34 @@ export function startApiserverSource(opts: ApiserverSourceOptions): ApiserverSou
     onSynced: () => h.onNodeSynced(),
   });
 
-  const loops: Loop<KubeObject>[] = [services, slices, nodes] as unknown as Loop<KubeObject>[];
+  const cidrs = opts.serviceCIDRs
+    ? make<ServiceCIDR>(SERVICECIDRS_RESOURCE, {
+      onAdd: (c) => h.onServiceCIDRAdd?.(c),
+      onUpdate: (o, c) => h.onServiceCIDRUpdate?.(o, c),
+      onDelete: (c) => h.onServiceCIDRDelete?.(c),
+      onSynced: () => h.onServiceCIDRsSynced?.(),
+    })
+    : null;
+
+  const required = [services, slices, nodes] as unknown as Loop<KubeObject>[];
+  const loops = cidrs === null ? required : [...required, cidrs as unknown as Loop<KubeObject>];
   log.info(
     `apiserver source: ${opts.mode === "poll" ? `polling every ${opts.pollIntervalMs} ms` : "watching"} ` +
-      `${opts.connection.config.server} (${opts.connection.config.source}) for services, endpointslices and ` +
-      `node ${opts.nodeName}`,
+      `${opts.connection.config.server} (${opts.connection.config.source}) for services, endpointslices` +
+      `${cidrs === null ? " and" : ", servicecidrs and"} node ${opts.nodeName}`,
   );
   for (const l of loops) l.start();
 
   let stopped: Promise<void> | null = null;
   return {
     stop: () => (stopped ??= Promise.all(loops.map((l) => l.stop())).then(() => {})),
-    synced: Promise.all(loops.map((l) => l.synced)).then(() => {}),
+    synced: Promise.all(required.map((l) => l.synced)).then(() => {}),
     lastContact: () => stats.lastContact(),
-    stores: { services: services.sink.store, endpointSlices: slices.sink.store, nodes: nodes.sink.store },
+    stores: {
+      services: services.sink.store,
+      endpointSlices: slices.sink.store,
+      nodes: nodes.sink.store,
+      ...(cidrs === null ? {} : { serviceCIDRs: cidrs.sink.store }),
+    },
   };
 }

@@ -1,5 +1,5 @@
 /**
- * The `--manifests` source: Services, EndpointSlices and the own Node read from a file or a directory of
+ * The `--manifests` source: Services, EndpointSlices, ServiceCIDRs and the own Node read from a file or a directory of
  * kubectl-style YAML/JSON instead of an apiserver. A directory is read non-recursively (`*.yaml`, `*.yml`,
  * `*.json`, sorted by name, dotfiles skipped). Documents may be multi-document YAML and `kubectl get -o yaml`
  * List documents (`kind: List`, `ServiceList`, ...). Files are polled (node:fs watch is unreliable across
@@ -15,19 +15,19 @@ import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
-import type { EndpointSlice, Node, Service } from "../k8s/objects.ts";
+import type { EndpointSlice, Node, Service, ServiceCIDR } from "../k8s/objects.ts";
 import { namespacedName, PROXY_LABEL_SELECTOR } from "../k8s/objects.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** The kinds this source delivers. */
-export type ManifestKind = "Service" | "EndpointSlice" | "Node";
+export type ManifestKind = "Service" | "EndpointSlice" | "Node" | "ServiceCIDR";
 
 /** One object read from a manifest. */
 export interface ManifestObject {
   kind: ManifestKind;
   /** `Kind/namespace/name` (`Node/name` for Nodes): the identity diffs are keyed by. */
   key: string;
-  object: Service | EndpointSlice | Node;
+  object: Service | EndpointSlice | Node | ServiceCIDR;
   /** Where it came from, for messages: `<file> document <i>` (plus ` items[<j>]` inside a List). */
   origin: string;
 }
@@ -60,12 +60,14 @@ const API_VERSIONS: Record<ManifestKind, string> = {
   Service: "v1",
   EndpointSlice: "discovery.k8s.io/v1",
   Node: "v1",
+  ServiceCIDR: "networking.k8s.io/v1",
 };
 
 const TYPED_LISTS: Record<string, ManifestKind> = {
   ServiceList: "Service",
   EndpointSliceList: "EndpointSlice",
   NodeList: "Node",
+  ServiceCIDRList: "ServiceCIDR",
 };
 
 /** File name endings read from a directory (as `kubectl apply -f <dir>`). */
@@ -130,7 +132,7 @@ function checkObject(
   }
   // A Node's fields of the wrong shape are dropped one by one downstream (lib/source/node_shape.ts), for every
   // source alike; only Services and EndpointSlices need their labels here, for the proxy label selector.
-  for (const field of k === "Node" ? [] : ["labels", "annotations"] as const) {
+  for (const field of k === "Node" || k === "ServiceCIDR" ? [] : ["labels", "annotations"] as const) {
     const m = meta![field];
     if (m === undefined || m === null) continue;
     if (!isRecord(m)) return { ok: false, problem: `${kind} ${name}: metadata.${field} is not a map` };
@@ -147,8 +149,8 @@ function checkObject(
   // when the file is edited. Downstream, equal resourceVersions mean "unchanged" (apiserver semantics), so
   // file-sourced objects carry none and are compared by content.
   delete meta!.resourceVersion;
-  if (k === "Node") {
-    delete meta!.namespace;
+  if (k === "Node" || k === "ServiceCIDR") {
+    delete meta!.namespace; // cluster-scoped
   } else if (meta!.namespace === undefined || meta!.namespace === null || meta!.namespace === "") {
     meta!.namespace = "default"; // kubectl's default namespace for a manifest without one
   } else if (typeof meta!.namespace !== "string") {
@@ -159,7 +161,9 @@ function checkObject(
 
 function keyOf(kind: ManifestKind, obj: ManifestObject["object"]): string {
   const m = obj.metadata!;
-  return kind === "Node" ? `Node/${m.name}` : `${kind}/${namespacedName(m.namespace!, m.name!)}`;
+  return kind === "Node" || kind === "ServiceCIDR"
+    ? `${kind}/${m.name}`
+    : `${kind}/${namespacedName(m.namespace!, m.name!)}`;
 }
 
 /**
@@ -387,13 +391,13 @@ export function startManifestsSource(
     for (const [k, o] of out) {
       const keep = o.kind === "Node"
         ? o.object.metadata!.name === opts.nodeName
-        : matchesProxyLabels(o.object.metadata!.labels);
+        : o.kind === "ServiceCIDR" || matchesProxyLabels(o.object.metadata!.labels);
       if (!keep) out.delete(k);
     }
     return out;
   };
 
-  const KIND_ORDER: ManifestKind[] = ["Node", "Service", "EndpointSlice"];
+  const KIND_ORDER: ManifestKind[] = ["Node", "ServiceCIDR", "Service", "EndpointSlice"];
 
   const apply = () => {
     const next = desired();
@@ -423,6 +427,11 @@ export function startManifestsSource(
         if (b && a) call("onEndpointSliceUpdate", () => handlers.onEndpointSliceUpdate(b, a));
         else if (a) call("onEndpointSliceAdd", () => handlers.onEndpointSliceAdd(a));
         else call("onEndpointSliceDelete", () => handlers.onEndpointSliceDelete(b!));
+      } else if (kind === "ServiceCIDR") {
+        const [b, a] = [before?.object as ServiceCIDR | undefined, after?.object as ServiceCIDR | undefined];
+        if (b && a) call("onServiceCIDRUpdate", () => handlers.onServiceCIDRUpdate?.(b, a));
+        else if (a) call("onServiceCIDRAdd", () => handlers.onServiceCIDRAdd?.(a));
+        else call("onServiceCIDRDelete", () => handlers.onServiceCIDRDelete?.(b!));
       } else {
         const [b, a] = [before?.object as Node | undefined, after?.object as Node | undefined];
         if (b && a) call("onNodeUpdate", () => handlers.onNodeUpdate(b, a));
@@ -442,6 +451,7 @@ export function startManifestsSource(
   call("onServicesSynced", () => handlers.onServicesSynced());
   call("onEndpointSlicesSynced", () => handlers.onEndpointSlicesSynced());
   call("onNodeSynced", () => handlers.onNodeSynced());
+  call("onServiceCIDRsSynced", () => handlers.onServiceCIDRsSynced?.());
 
   const tick = () => {
     if (stopped) return;

@@ -1,8 +1,9 @@
 /**
  * Puts every Node event through the shape check of lib/source/node_shape.ts before it reaches the proxiers and the
  * health server, whatever its source (apiserver, manifests, state cache): all of them feed the StateStore,
- * whose downstream this wraps. Services and EndpointSlices pass unchanged; their validation is part of the
- * model conversion (lib/proxy/service_port.ts, endpoint_slice_cache.ts).
+ * whose downstream this wraps. Services, EndpointSlices and ServiceCIDRs pass unchanged; their validation is
+ * part of the model conversion (lib/proxy/service_port.ts, endpoint_slice_cache.ts,
+ * lib/source/service_cidrs.ts).
  *
  * A Node is re-sent on every status update, so a warning is logged once while the same problem persists,
  * not once per event.
@@ -39,5 +40,10 @@ export function withNodeValidation(downstream: ProxyHandlers, warn: Warn): Proxy
       downstream.onNodeDelete(sanitizeNode(n, () => {}));
     },
     onNodeSynced: () => downstream.onNodeSynced(),
+    onServiceCIDRAdd: (c) => downstream.onServiceCIDRAdd?.(c),
+    onServiceCIDRUpdate: (o, c) => downstream.onServiceCIDRUpdate?.(o, c),
+    onServiceCIDRDelete: (c) => downstream.onServiceCIDRDelete?.(c),
+    onServiceCIDRsSynced: () => downstream.onServiceCIDRsSynced?.(),
+    onServiceCIDRsChanged: (cidrs) => downstream.onServiceCIDRsChanged?.(cidrs),
   };
 }

@@ -37,6 +37,7 @@ export function encodeState(state: StateSnapshot, nodeName: string, writtenAtMs:
     services: state.services,
     endpointSlices: state.endpointSlices,
     node: state.node,
+    ...(state.serviceCIDRs === undefined ? {} : { serviceCIDRs: state.serviceCIDRs }),
   });
   const bytes = new TextEncoder().encode(payload).length;
   const header: StateHeader = {
@@ -107,14 +108,21 @@ export function decodeState(text: string, nodeName: string, nowMs: number): Load
   const b = body as Partial<StateSnapshot>;
   if (
     !Array.isArray(b.services) || !Array.isArray(b.endpointSlices) ||
-    (b.node !== null && typeof b.node !== "object")
+    (b.node !== null && typeof b.node !== "object") ||
+    (b.serviceCIDRs !== undefined && !Array.isArray(b.serviceCIDRs))
   ) {
     return { ok: false, reason: "payload does not hold services, endpointSlices and node", missing: false };
   }
   const writtenMs = Date.parse(header.writtenAt);
   return {
     ok: true,
-    state: { services: b.services, endpointSlices: b.endpointSlices, node: b.node ?? null },
+    state: {
+      services: b.services,
+      endpointSlices: b.endpointSlices,
+      node: b.node ?? null,
+      // Files written before ServiceCIDRs were cached have none.
+      ...(b.serviceCIDRs === undefined ? {} : { serviceCIDRs: b.serviceCIDRs }),
+    },
     header,
     ageMs: Number.isFinite(writtenMs) ? Math.max(0, nowMs - writtenMs) : 0,
   };

@@ -4,13 +4,14 @@ import {
   type Node,
   type ObjectMeta,
   type Service,
+  type ServiceCIDR,
 } from "../k8s/objects.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
 
 /** Where a set of objects came from. The cache is a provisional origin: the first full list of a live source replaces it. */
 export type Origin = "live" | "cache";
 
-type Kind = "service" | "endpointSlice" | "node";
+type Kind = "service" | "endpointSlice" | "node" | "serviceCIDR";
 
 interface Entry<T> {
   obj: T;
@@ -32,6 +33,8 @@ export interface StateSnapshot {
   services: Service[];
   endpointSlices: EndpointSlice[];
   node: Node | null;
+  /** ServiceCIDRs (none when the source has none, e.g. a mode that does not watch them). */
+  serviceCIDRs?: ServiceCIDR[];
 }
 
 /**
@@ -46,8 +49,9 @@ export class StateStore implements ProxyHandlers {
   #services = new Map<string, Entry<Service>>();
   #slices = new Map<string, Entry<EndpointSlice>>();
   #node: Entry<Node> | null = null;
-  #synced = { service: false, endpointSlice: false, node: false };
-  #liveSynced = { service: false, endpointSlice: false, node: false };
+  #serviceCIDRs = new Map<string, Entry<ServiceCIDR>>();
+  #synced = { service: false, endpointSlice: false, node: false, serviceCIDR: false };
+  #liveSynced = { service: false, endpointSlice: false, node: false, serviceCIDR: false };
   #version = 0;
   #cacheLoaded = false;
 
@@ -62,6 +66,7 @@ export class StateStore implements ProxyHandlers {
   /**
    * True once a live source has completed its first list of Services, EndpointSlices and the Node in
    * this process's life: only from then on does the store hold a confirmed state that may be persisted.
+   * ServiceCIDRs are not waited for (an apiserver may not serve them, as nothing upstream waits for them).
    */
   get liveSynced(): boolean {
     return this.#liveSynced.service && this.#liveSynced.endpointSlice && this.#liveSynced.node;
@@ -80,6 +85,7 @@ export class StateStore implements ProxyHandlers {
       services: sorted(this.#services),
       endpointSlices: sorted(this.#slices),
       node: this.#node?.obj ?? null,
+      serviceCIDRs: sorted(this.#serviceCIDRs),
     };
   }
 
@@ -99,20 +105,30 @@ export class StateStore implements ProxyHandlers {
       }
     }
     if (state.node && !this.#node && !live.node) this.#upsert("node", state.node, "cache");
+    if (!live.serviceCIDR) {
+      for (const c of state.serviceCIDRs ?? []) {
+        this.#upsert("serviceCIDR", c, "cache");
+      }
+    }
     this.#markSynced("service", "cache");
     this.#markSynced("endpointSlice", "cache");
     this.#markSynced("node", "cache");
+    this.#markSynced("serviceCIDR", "cache");
   }
 
-  /** The map holding Services or EndpointSlices (the Node is a single entry). */
-  #mapOf(kind: "service" | "endpointSlice"): Map<string, Entry<Service | EndpointSlice>> {
-    return (kind === "service" ? this.#services : this.#slices) as Map<
-      string,
-      Entry<Service | EndpointSlice>
-    >;
+  /** The map holding Services, EndpointSlices or ServiceCIDRs (the Node is a single entry). */
+  #mapOf(kind: Exclude<Kind, "node">): Map<string, Entry<Service | EndpointSlice | ServiceCIDR>> {
+    return (kind === "service"
+      ? this.#services
+      : kind === "endpointSlice"
+      ? this.#slices
+      : this.#serviceCIDRs) as Map<
+        string,
+        Entry<Service | EndpointSlice | ServiceCIDR>
+      >;
   }
 
-  #upsert(kind: Kind, obj: Service | EndpointSlice | Node, origin: Origin): void {
+  #upsert(kind: Kind, obj: Service | EndpointSlice | Node | ServiceCIDR, origin: Origin): void {
     if (kind === "node") {
       const prev = this.#node;
       if (prev && origin === "cache" && prev.origin === "live") return;
@@ -128,7 +144,13 @@ export class StateStore implements ProxyHandlers {
     const prev = map.get(key);
     if (prev && origin === "cache" && prev.origin === "live") return;
     map.set(key, { obj, origin });
-    if (kind === "service") {
+    if (kind === "serviceCIDR") {
+      const c = obj as ServiceCIDR;
+      if (!prev) this.#emit(() => this.downstream.onServiceCIDRAdd?.(c));
+      else if (!sameObject(prev.obj, obj)) {
+        this.#emit(() => this.downstream.onServiceCIDRUpdate?.(prev.obj as ServiceCIDR, c));
+      }
+    } else if (kind === "service") {
       if (!prev) this.#emit(() => this.downstream.onServiceAdd(obj as Service));
       else if (!sameObject(prev.obj, obj)) {
         this.#emit(() => this.downstream.onServiceUpdate(prev.obj as Service, obj as Service));
@@ -157,7 +179,9 @@ export class StateStore implements ProxyHandlers {
     if (!prev) return;
     map.delete(key);
     if (kind === "service") this.#emit(() => this.downstream.onServiceDelete(prev.obj as Service));
-    else this.#emit(() => this.downstream.onEndpointSliceDelete(prev.obj as EndpointSlice));
+    else if (kind === "serviceCIDR") {
+      this.#emit(() => this.downstream.onServiceCIDRDelete?.(prev.obj as ServiceCIDR));
+    } else this.#emit(() => this.downstream.onEndpointSliceDelete(prev.obj as EndpointSlice));
   }
 
   #markSynced(kind: Kind, origin: Origin): void {
@@ -174,6 +198,7 @@ export class StateStore implements ProxyHandlers {
     this.#synced[kind] = true;
     if (kind === "service") this.downstream.onServicesSynced();
     else if (kind === "endpointSlice") this.downstream.onEndpointSlicesSynced();
+    else if (kind === "serviceCIDR") this.downstream.onServiceCIDRsSynced?.();
     else this.downstream.onNodeSynced();
   }
 
@@ -229,5 +254,21 @@ export class StateStore implements ProxyHandlers {
   /** @inheritdoc */
   onNodeSynced(): void {
     this.#markSynced("node", "live");
+  }
+  /** @inheritdoc */
+  onServiceCIDRAdd(serviceCIDR: ServiceCIDR): void {
+    this.#upsert("serviceCIDR", serviceCIDR, "live");
+  }
+  /** @inheritdoc */
+  onServiceCIDRUpdate(_old: ServiceCIDR, serviceCIDR: ServiceCIDR): void {
+    this.#upsert("serviceCIDR", serviceCIDR, "live");
+  }
+  /** @inheritdoc */
+  onServiceCIDRDelete(serviceCIDR: ServiceCIDR): void {
+    this.#remove("serviceCIDR", serviceCIDR);
+  }
+  /** @inheritdoc */
+  onServiceCIDRsSynced(): void {
+    this.#markSynced("serviceCIDR", "live");
   }
 }

@@ -101,7 +101,9 @@ describe("edgeproxy agent e2e: --proxy-mode nftables", { skip: skip || undefined
     assert.doesNotMatch(nat, /KUBE-/, `iptables mode's chains must be gone:\n${nat}`);
     // KUBE-FIREWALL (the localnet guard) stays, as upstream's CleanupLeftovers leaves it (kubelet's too).
     assert.doesNotMatch(await c.iptablesSave("filter"), /KUBE-(?!FIREWALL)/);
-    const writer = /nftables transactions go through (a libnftables session|nft -f -)/.exec(c.agent!.logs());
+    const writer = /nftables transactions go through (netlink batches|a libnftables session|nft -f -)/.exec(
+      c.agent!.logs(),
+    );
     assert.ok(writer, c.agent!.tail());
     console.log(`writer: ${writer[1]}`);
     const mode = await httpGetIn(c.node, `http://${A.metrics}/proxyMode`);

@@ -18,6 +18,7 @@ import { nftablesHost } from "../../lib/proxy/nftables/host.ts";
 import { NftGenerationTracker } from "../../lib/proxy/nftables/generation.ts";
 import { openNftNetlink } from "../../lib/runtime/nft_netlink.ts";
 import { createNftRunner } from "../../lib/proxy/nftables/runner.ts";
+import { openNftSession } from "../../lib/proxy/nftables/nft_session.ts";
 import { createKubeProxyMetrics } from "../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../lib/metrics/registry.ts";
 import { detectLocalByCIDR } from "../../lib/proxy/local_detect.ts";
@@ -46,7 +47,28 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
   });
 
   it("first sync, one-endpoint change, drift check: figures", { timeout: 300_000 }, async () => {
-    const runner = createNftRunner([IP_BIN, "netns", "exec", ns.name, "nft"]);
+    const prefix = [IP_BIN, "netns", "exec", ns.name];
+    // Transactions through the session the agent uses (netlink batches under Bun, libnftables for what
+    // they do not encode); EDGEPROXY_NFT_WRITER=libnftables: the session without netlink (the agent before
+    // the netlink writer); =nft: one `nft -f -` per transaction.
+    const writer = process.env.EDGEPROXY_NFT_WRITER ?? "session";
+    const session = writer === "nft" ? null : await openNftSession({
+      commandPrefix: prefix,
+      netnsPath: `/var/run/netns/${ns.name}`,
+      timeoutMs: 600_000,
+      netlink: writer !== "libnftables",
+    });
+    const plain = createNftRunner([...prefix, "nft"]);
+    // Each transaction's duration (the first sync's longest one holds the kernel longest).
+    const txMs: number[] = [];
+    const runner = {
+      ...plain,
+      run: async (tx: string | readonly string[]) => {
+        const t0 = performance.now();
+        await (session === null ? plain.run(tx) : session.run(tx));
+        txMs.push(performance.now() - t0);
+      },
+    };
     const reader = await openNftNetlink({ netnsPath: `/var/run/netns/${ns.name}` });
     const backend = new NftablesBackend({
       family: "IPv4",
@@ -86,6 +108,7 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
     let t = performance.now();
     const full = await backend.sync(state([]), { full: true });
     const firstMs = performance.now() - t;
+    const firstTx = txMs.splice(0);
 
     const k0 = [...services.keys()][0];
     const partial: number[] = [];
@@ -113,9 +136,14 @@ describe(`nftables backend at ${N} Services (real nft)`, { skip: skip || undefin
     await ns.execOk(["nft", "flush", "chain", "ip", "kube-proxy", "services"]);
     assert.match(String(await backend.checkDrift()), /chain services has 0 rules/);
     reader?.close();
+    await session?.close();
 
     console.log(
-      `nftables, ${N} Services x 5 endpoints: first sync ${firstMs.toFixed(0)} ms (${full.bytes} bytes); ` +
+      `nftables, ${N} Services x 5 endpoints (writer: ${session?.writer ?? "nft -f -"}${
+        session === null ? "" : `, ${session.fallbacks} fallbacks`
+      }): first sync ${firstMs.toFixed(0)} ms (${full.bytes} bytes, ${firstTx.length} transactions, max ${
+        Math.max(...firstTx).toFixed(0)
+      } ms); ` +
         `one-endpoint change sync->committed median ${median(partial).toFixed(1)} ms (${bytes} bytes); ` +
         `drift check median ${median(drift).toFixed(1)} ms ` +
         `(${reader === null ? "table read" : "generation id"}), after a foreign commit ${

@@ -8,6 +8,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, stat } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -38,6 +39,7 @@ const IP = {
   spread: "10.96.0.15",
   sticky: "10.96.0.16",
   empty: "10.96.0.17",
+  bulk: "10.96.0.18",
   external: "192.0.2.20",
 };
 const NP = { tcp: 30080, udp: 30053, empty: 30083 };
@@ -210,6 +212,102 @@ for (const portals of ["none", "iptables"] as const) {
           m.body,
           /edgeproxy_userspace_no_endpoints_total\{ip_family="IPv4",service_port="e2e\/empty:http\/TCP"\} [1-9]/,
         );
+      });
+
+      it("bulk TCP: 64 MiB each way through the proxy arrive whole (the splice worker's path) and are counted", async () => {
+        // A sink-and-source in pod1: reads until the client's FIN, answers with as many bytes and the count.
+        const server = [
+          "import socket",
+          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+          "s.bind(('0.0.0.0', 9100)); s.listen(4); print('ready', flush=True)",
+          "while True:",
+          "  c, _ = s.accept(); n = 0",
+          "  while True:",
+          "    b = c.recv(1 << 20)",
+          "    if not b: break",
+          "    n += len(b)",
+          "  c.sendall(bytes(n)); c.sendall(f'{n}\\n'.encode()); c.close()",
+        ].join("\n");
+        const sink = c.scope.spawn(pods[0].ns, ["python3", "-c", server]);
+        await new Promise<void>((resolve) => sink.stdout!.once("data", () => resolve()));
+        c.apiserver.create("services", e2eService({ name: "bulk", clusterIP: IP.bulk, ports: [HTTP] }));
+        c.apiserver.create(
+          "endpointslices",
+          e2eEndpointSlice({
+            service: "bulk",
+            ports: [{ name: "http", port: 9100 }],
+            endpoints: [{ ip: pods[0].ip, nodeName: c.nodeName }],
+          }),
+        );
+        const total = 64 << 20;
+        const client = [
+          "import socket, sys",
+          `s = socket.create_connection(('${IP.bulk}', 80), timeout=20)`,
+          "chunk = bytes(1 << 20)",
+          `for _ in range(${total >> 20}): s.sendall(chunk)`,
+          "s.shutdown(socket.SHUT_WR); got = bytearray()",
+          "while True:",
+          "  b = s.recv(1 << 20)",
+          "  if not b: break",
+          "  got += b",
+          `print(len(got), got[${total}:].decode().strip())`,
+        ].join("\n");
+        const counted = async () => {
+          const m = await httpGetIn(c.node, `http://${A.metrics}/metrics`);
+          const value = (direction: string) => {
+            const line = m.body.split("\n").find((l) =>
+              l.startsWith(`edgeproxy_userspace_bytes_total{direction="${direction}",`) &&
+              l.includes('service_port="e2e/bulk:http/TCP"')
+            );
+            return Number(line?.split(" ")[1] ?? 0);
+          };
+          return { in: value("in"), out: value("out") };
+        };
+        const r = await pollUntil(
+          () => c.client.exec(["python3", "-c", client], { timeoutMs: 30000 }),
+          (x) => x.code === 0,
+          { timeoutMs: 20000, intervalMs: 500, what: "the bulk service to answer" },
+        );
+        const [len, count] = r.value.stdout.trim().split(" ");
+        assert.equal(count, String(total), "the endpoint got every byte");
+        assert.equal(Number(len), total + `${total}\n`.length, "every byte of the answer came back");
+        // Counted as they pass (at least once a second from the splice worker, and at the end).
+        const bytes = await pollUntil(counted, (n) => n.in >= total && n.out >= total + `${total}\n`.length, {
+          timeoutMs: 5000,
+          what: "the bytes to be counted",
+        });
+        console.log(`userspace (${portals}) bulk: counted ${JSON.stringify(bytes.value)}`);
+      });
+
+      it("open files: raised to upstream's 64000 without lowering a higher limit, or one warning", () => {
+        const agent = c.agent!;
+        const nofile = (pid: number | "self") => {
+          const line = readFileSync(`/proc/${pid}/limits`, "utf8").split("\n").find((l) =>
+            l.startsWith("Max open files")
+          )!;
+          const [soft, hard] = line.split(/\s{2,}/).slice(1, 3).map((v) =>
+            v === "unlimited" ? Infinity : Number(v)
+          );
+          return { soft, hard };
+        };
+        // The agent inherits this process's hard limit; raising it needs CAP_SYS_RESOURCE.
+        const inherited = nofile("self").hard;
+        const capEff = /CapEff:\s+([0-9a-f]+)/.exec(readFileSync("/proc/self/status", "utf8"))![1];
+        const canRaise = (BigInt(`0x${capEff}`) >> 24n) & 1n;
+        const warned = agent.tail(100000).split("\n").filter((l) =>
+          l.includes("failed to set open file handler limit to 64000")
+        );
+        if (inherited >= 64000 || canRaise === 1n) {
+          assert.deepEqual(nofile(agent.pid), {
+            soft: Math.max(64000, inherited),
+            hard: Math.max(64000, inherited),
+          });
+          assert.deepEqual(warned, []);
+        } else {
+          assert.deepEqual(nofile(agent.pid), { soft: inherited, hard: inherited });
+          assert.equal(warned.length, 1, agent.tail());
+          assert.match(warned[0], /^W.*setrlimit: EPERM; open files limit is \d+ \(hard \d+\)/);
+        }
       });
 
       it(

@@ -1,5 +1,5 @@
 /**
- * A faithful test apiserver for the three resources kube-proxy reads (Services, EndpointSlices, Nodes):
+ * A faithful test apiserver for the resources kube-proxy reads (Services, EndpointSlices, Nodes, ServiceCIDRs):
  * HTTPS with a generated CA, bearer-token or client-certificate auth, LIST with `limit`/`continue`
  * and `resourceVersion`/`resourceVersionMatch`, WATCH with resume from a resourceVersion, bookmarks,
  * `timeoutSeconds`, label and field selectors (including the DELETED/ADDED an object gets when it stops or
@@ -81,6 +81,16 @@ export interface TestApiserverOptions {
    * `bookmarkIntervalMs`, moved or not (tests that wait for one).
    */
   watchCacheBookmarks?: boolean;
+  /**
+   * How ServiceCIDRs (networking.k8s.io/v1) are served: "served" (default), "notFound" (an apiserver without
+   * the API: 404, and the group is not discovered) or "forbidden" (RBAC without list/watch servicecidrs: 403).
+   */
+  serviceCIDRs?: "served" | "notFound" | "forbidden";
+  /**
+   * The apiserver's watch cache (default true): a LIST with resourceVersion=0 is answered from it in one
+   * response, `limit` ignored. false = `--watch-cache=false`: such a LIST goes to storage and is paginated.
+   */
+  watchCache?: boolean;
 }
 
 /** One served request, in arrival order. `status` is the HTTP status sent (0 while not answered yet). */
@@ -131,8 +141,8 @@ export interface TestApiserverFaults {
    * the client reads them, until the client goes away.
    */
   endlessWatchLine(kinds?: ResourceKind[]): void;
-  /** The next LIST response is padded (a valid JSON field) to more than `bytes` bytes. */
-  oversizeNextList(bytes: number): void;
+  /** The next `n` LIST responses (default 1) are padded (a valid JSON field) to more than `bytes` bytes. */
+  oversizeNextList(bytes: number, n?: number): void;
   /** Stops listening and drops every connection (clients get connection refused). */
   down(): Promise<void>;
   /** Listens again on the same port. */
@@ -214,6 +224,7 @@ const PROXY_PREFIX_CORE = "/api/v1";
 const GZIP_THRESHOLD = 128 * 1024;
 const PROXY_PREFIX_DISCOVERY = "/apis/discovery.k8s.io/v1";
 const PROXY_PREFIX_EVENTS = "/apis/events.k8s.io/v1";
+const PROXY_PREFIX_NETWORKING = "/apis/networking.k8s.io/v1";
 
 type Route =
   | { t: "collection"; kind: ResourceKind; namespace?: string }
@@ -323,7 +334,7 @@ function route(path: string, port: number): Route | undefined {
       body: {
         kind: "APIGroupList",
         apiVersion: "v1",
-        groups: [group("discovery.k8s.io"), group("events.k8s.io")],
+        groups: [group("discovery.k8s.io"), group("events.k8s.io"), group("networking.k8s.io")],
       },
     };
   }
@@ -354,8 +365,11 @@ function route(path: string, port: number): Route | undefined {
     return resourceList("discovery.k8s.io/v1", [["endpointslices", "EndpointSlice", true]]);
   }
   if (path === PROXY_PREFIX_EVENTS) return resourceList("events.k8s.io/v1", [["events", "Event", true]]);
+  if (path === PROXY_PREFIX_NETWORKING) {
+    return resourceList("networking.k8s.io/v1", [["servicecidrs", "ServiceCIDR", false]]);
+  }
   let rest: string[];
-  let group: "core" | "discovery" | "events";
+  let group: "core" | "discovery" | "events" | "networking";
   if (seg[0] === "api" && seg[1] === "v1") {
     rest = seg.slice(2);
     group = "core";
@@ -365,6 +379,9 @@ function route(path: string, port: number): Route | undefined {
   } else if (seg[0] === "apis" && seg[1] === "events.k8s.io" && seg[2] === "v1") {
     rest = seg.slice(3);
     group = "events";
+  } else if (seg[0] === "apis" && seg[1] === "networking.k8s.io" && seg[2] === "v1") {
+    rest = seg.slice(3);
+    group = "networking";
   } else {
     return undefined;
   }
@@ -379,8 +396,13 @@ function route(path: string, port: number): Route | undefined {
     ? { services: "services", nodes: "nodes" }
     : group === "discovery"
     ? { endpointslices: "endpointslices" }
+    : group === "networking"
+    ? { servicecidrs: "servicecidrs" }
     : {};
-  if (res === "events" && group !== "discovery" && namespace !== undefined && name === undefined) {
+  if (
+    res === "events" && (group === "core" || group === "events") && namespace !== undefined &&
+    name === undefined
+  ) {
     return { t: "events", namespace, apiVersion: group === "core" ? "v1" : "events.k8s.io/v1" };
   }
   const kind = kindOf[res];
@@ -422,6 +444,7 @@ class TestApiserverImpl implements TestApiserver {
   #port: number;
   #bookmarkMs: number;
   #expiredAs: "status" | "event";
+  #watchCache: boolean;
   /** The certificate directory is a temp dir made for this server (no tlsDir): close() removes it. */
   #ownsCertDir: boolean;
   /** Streams sending an endless line (ended by clear()). */
@@ -433,6 +456,7 @@ class TestApiserverImpl implements TestApiserver {
     gone: new Map<ResourceKind, "status" | "event">(),
     endless: new Set<ResourceKind>(),
     oversizeList: 0,
+    oversizeN: 0,
     unauthN: 0,
     unauthCode: 401 as 401 | 403,
     slowMs: 0,
@@ -441,6 +465,7 @@ class TestApiserverImpl implements TestApiserver {
     cutAfterMs: 0,
     buffer: false,
   };
+  readonly #serviceCIDRs: "served" | "notFound" | "forbidden";
   /** Cut timers of the connection-lifetime middlebox, per socket. */
   #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
@@ -458,6 +483,8 @@ class TestApiserverImpl implements TestApiserver {
     this.#port = opts.port ?? 0;
     this.#bookmarkMs = opts.bookmarkIntervalMs ?? 1000;
     this.#expiredAs = opts.expiredWatchAs ?? "status";
+    this.#serviceCIDRs = opts.serviceCIDRs ?? "served";
+    this.#watchCache = opts.watchCache ?? true;
     this.#ownsCertDir = opts.tlsDir === undefined;
     this.#http2 = opts.http2 ?? false;
     this.#watchCacheBookmarks = opts.watchCacheBookmarks ?? false;
@@ -477,8 +504,9 @@ class TestApiserverImpl implements TestApiserver {
       endlessWatchLine: (kinds = Object.keys(RESOURCES) as ResourceKind[]) => {
         for (const k of kinds) f.endless.add(k);
       },
-      oversizeNextList: (bytes) => {
+      oversizeNextList: (bytes, n = 1) => {
         f.oversizeList = bytes;
+        f.oversizeN = n;
       },
       down: () => this.#down(),
       up: () => this.#listen(),
@@ -535,6 +563,7 @@ class TestApiserverImpl implements TestApiserver {
           garbage: false,
           truncate: false,
           oversizeList: 0,
+          oversizeN: 0,
         });
         f.gone.clear();
         f.endless.clear();
@@ -866,7 +895,21 @@ class TestApiserverImpl implements TestApiserver {
       req.resume();
       return this.#sendUnauthorized(req, res, rec, f.unauthCode, u.pathname);
     }
-    const r = route(u.pathname, this.#port);
+    let r = route(u.pathname, this.#port);
+    const isServiceCIDRs = (r?.t === "collection" || r?.t === "item") && r.kind === "servicecidrs";
+    if (this.#serviceCIDRs === "notFound" && (isServiceCIDRs || u.pathname === PROXY_PREFIX_NETWORKING)) {
+      r = undefined;
+    } else if (this.#serviceCIDRs === "notFound" && u.pathname === "/apis" && r?.t === "static") {
+      const body = r.body as { groups: Array<{ name: string }> };
+      r = {
+        t: "static",
+        body: { ...body, groups: body.groups.filter((g) => g.name !== "networking.k8s.io") },
+      };
+    }
+    if (this.#serviceCIDRs === "forbidden" && isServiceCIDRs && this.#authenticated(req)) {
+      req.resume();
+      return this.#sendUnauthorized(req, res, rec, 403, u.pathname);
+    }
     if (
       r?.t === "static" &&
       (u.pathname === "/healthz" || u.pathname === "/livez" || u.pathname === "/readyz" ||
@@ -963,7 +1006,13 @@ class TestApiserverImpl implements TestApiserver {
     const verb = rec.watch ? "watch" : r?.t === "item" ? "get" : "list";
     const msg = resource
       ? `${resource} is forbidden: User "system:kube-proxy" cannot ${verb} resource "${resource}" in API group ` +
-        `"${resource === "endpointslices" ? "discovery.k8s.io" : ""}" at the cluster scope`
+        `"${
+          resource === "endpointslices"
+            ? "discovery.k8s.io"
+            : resource === "servicecidrs"
+            ? "networking.k8s.io"
+            : ""
+        }" at the cluster scope`
       : `forbidden: User "system:kube-proxy" cannot get path "${path}"`;
     return this.#sendStatus(req, res, rec, 403, msg, resource ? { kind: resource } : undefined);
   }
@@ -1129,11 +1178,13 @@ class TestApiserverImpl implements TestApiserver {
       snapshotRv = this.#store.rv;
       items = this.#store.list(kind, false);
       // resourceVersion=0 is served from the watch cache, which ignores limit.
-      if (rvParam === "0") pageLimit = 0;
+      if (rvParam === "0" && this.#watchCache) pageLimit = 0;
     } else {
       const rv = parseRv(rvParam);
       if (rv > this.#store.rv) throw tooLarge(rv);
-      if (rvMatch === "Exact") {
+      // Legacy semantics: resourceVersion=N with limit and no resourceVersionMatch is an exact read (from
+      // etcd, 410 once compacted); without limit it is "not older than" (the watch cache's current state).
+      if (rvMatch === "Exact" || (rvMatch === "" && pageLimit > 0)) {
         const snap = this.#store.listAt(kind, rv, false);
         if (!snap) throw new HttpError(410, tooOldMessage(rv, this.#store.compactedRv));
         snapshotRv = rv;
@@ -1159,10 +1210,10 @@ class TestApiserverImpl implements TestApiserver {
       metadata,
       items: matched,
     });
-    if (this.#f.oversizeList > 0) {
+    if (this.#f.oversizeN > 0) {
       // An unknown field, as a newer or broken apiserver might send: valid JSON, just too large.
       body = `{"padding":"${"x".repeat(this.#f.oversizeList)}",${body.slice(1)}`;
-      this.#f.oversizeList = 0;
+      this.#f.oversizeN--;
     }
     if (this.#f.truncate) {
       this.#f.truncate = false;
@@ -1174,7 +1225,8 @@ class TestApiserverImpl implements TestApiserver {
       });
       return;
     }
-    this.#send(res, rec, 200, JSON.parse(body));
+    // Sent as the text it is: parsing and serializing it again costs the harness a second per 10k objects.
+    this.#send(res, rec, 200, body, { "Content-Type": "application/json" });
   }
 
   #startWatch(

@@ -5,7 +5,7 @@
  */
 
 /** The resources the test apiserver serves. */
-export type ResourceKind = "services" | "endpointslices" | "nodes";
+export type ResourceKind = "services" | "endpointslices" | "nodes" | "servicecidrs";
 
 /** Any stored object: a JSON object with metadata. */
 export type KubeObject = Record<string, unknown> & {
@@ -52,6 +52,13 @@ export const RESOURCES: Record<ResourceKind, ResourceInfo> = {
     apiVersion: "v1",
     namespaced: false,
     fields: ["metadata.name", "spec.unschedulable"],
+  },
+  servicecidrs: {
+    kind: "ServiceCIDR",
+    listKind: "ServiceCIDRList",
+    apiVersion: "networking.k8s.io/v1",
+    namespaced: false,
+    fields: ["metadata.name"],
   },
 };
 
@@ -131,6 +138,7 @@ export class ObjectStore {
     services: new Map(),
     endpointslices: new Map(),
     nodes: new Map(),
+    servicecidrs: new Map(),
   };
   #history: StoreEvent[] = [];
   #rv: number;

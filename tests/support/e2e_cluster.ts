@@ -82,6 +82,28 @@ export const E2E_ADDRS = {
   metrics: "127.0.0.1:10249",
 } as const;
 
+/**
+ * The IPv6 side of a dual-stack topology (`ipv6: true`): the node, the lan sink, the client and the local
+ * pods get these beside their IPv4 addresses. Pods are attached as routed CNIs do it for IPv6 (Calico): a
+ * /128 on the pod, a /128 route to it on the node, and the node's link-local `fe80::1` on each pod veth as
+ * the pods' gateway. The remote pod and the denied client stay IPv4-only.
+ */
+export const E2E_ADDRS6 = {
+  nodeIP: "fd00:50::2",
+  lanGateway: "fd00:50::1",
+  client: "fd00:203::2",
+  clientGateway: "fd00:203::1",
+  clusterCIDR: "fd00:244::/48",
+  podCIDR: "fd00:244:1::/64",
+  /** The pods' gateway: the node side of every pod veth. */
+  podGateway: "fe80::1",
+} as const;
+
+/** The IPv6 address of local pod `i` (0-based) in a dual-stack topology. */
+export function e2ePodIPv6(i: number): string {
+  return `fd00:244:1::${i + 2}`;
+}
+
 /** nodeName of the remote endpoint (any name other than the proxied node's). */
 export const E2E_REMOTE_NODE = "edge-node-2";
 
@@ -130,6 +152,8 @@ export interface E2eClusterOptions {
   readonly createNode?: boolean;
   /** Start the agent at once with these options (default {}), or not (false). */
   readonly agent?: false | E2eAgentOptions;
+  /** Dual-stack: add the IPv6 addresses of {@link E2E_ADDRS6} (default false: IPv4 only). */
+  readonly ipv6?: boolean;
 }
 
 /** The path between the agent and the apiserver, which a test can cut and restore. */
@@ -246,6 +270,36 @@ async function plugPod(
   await addRoute(node, `${ip}/32`, { dev: nodeIf });
 }
 
+/** The IPv6 addresses and routes of a dual-stack topology (see {@link E2E_ADDRS6}). */
+async function addIPv6(node: Netns, lan: Netns, client: Netns, pods: readonly Netns[]): Promise<void> {
+  const A6 = E2E_ADDRS6;
+  await addAddress(lan, "eth0", `${A6.lanGateway}/64`);
+  await addAddress(node, "eth0", `${A6.nodeIP}/64`);
+  await addRoute(node, "default", { via: A6.lanGateway });
+  await addAddress(client, "eth0", `${A6.client}/64`);
+  await addAddress(node, "vcli", `${A6.clientGateway}/64`);
+  await addRoute(client, "default", { via: A6.clientGateway });
+  for (let i = 0; i < pods.length; i++) {
+    const nodeIf = `vpod${i + 1}`;
+    await addAddress(node, nodeIf, `${A6.podGateway}/64`);
+    await addAddress(pods[i], "eth0", `${e2ePodIPv6(i)}/128`);
+    await runOk([
+      IP_BIN,
+      "-n",
+      pods[i].name,
+      "-6",
+      "route",
+      "add",
+      "default",
+      "via",
+      A6.podGateway,
+      "dev",
+      "eth0",
+    ]);
+    await addRoute(node, `${e2ePodIPv6(i)}/128`, { dev: nodeIf });
+  }
+}
+
 /**
  * Builds the topology, starts the echo servers, the test apiserver (with the Node object) and the bridge,
  * and (unless `agent: false`) the agent. On any failure everything created so far is removed again.
@@ -316,6 +370,7 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
       localPods.push({ id: `pod${i + 1}`, ip, nodeName, ns: podNs[i] });
     }
     const remotePod: E2ePod = { id: "remote", ip: A.remotePod, nodeName: E2E_REMOTE_NODE, ns: remoteNs };
+    if (opts.ipv6) await addIPv6(node, lan, client, podNs);
     await enableForwarding(node);
     // No reverse-path filtering (pods sit on /32 routes) and no ICMP redirects (they would eat the
     // per-host ICMP budget that REJECT answers need).
@@ -340,7 +395,12 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
     // HTTP/2, as a real apiserver offers it (the agent speaks h2 when offered, like client-go).
     apiserver = await startTestApiserver({ http2: true, ...opts.apiserver });
     if (opts.createNode ?? true) {
-      apiserver.create("nodes", e2eNode(nodeName, { podCIDR: A.podCIDR, internalIP: A.nodeIP }));
+      const n = e2eNode(nodeName, { podCIDR: A.podCIDR, internalIP: A.nodeIP });
+      if (opts.ipv6) {
+        n.spec!.podCIDRs = [A.podCIDR, E2E_ADDRS6.podCIDR];
+        n.status!.addresses!.splice(1, 0, { type: "InternalIP", address: E2E_ADDRS6.nodeIP });
+      }
+      apiserver.create("nodes", n);
     }
     const kubeconfig = join(dir, "kubeconfig");
     await apiserver.writeKubeconfig(kubeconfig, { server: `https://${A.apiserverInNode}` });
@@ -375,7 +435,7 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
       "--hostname-override",
       nodeName,
       "--cluster-cidr",
-      A.clusterCIDR,
+      opts.ipv6 ? `${A.clusterCIDR},${E2E_ADDRS6.clusterCIDR}` : A.clusterCIDR,
       "--iptables-min-sync-period",
       o.minSyncPeriod ?? "0s",
       "--iptables-sync-period",

@@ -146,8 +146,8 @@ export class NftablesBackend implements Provider {
         resolveNodePortAddresses(o.nodePortAddresses, o.family, nodeIP),
       ),
       localAddresses: o.nodeIPs(),
-      // ServiceCIDR objects are not watched: the "drop unallocated ClusterIPs" rule is left out.
-      serviceCIDRs: [],
+      // From ServiceCIDR objects: the "drop traffic to unallocated ClusterIPs" rule.
+      serviceCIDRs: state.serviceCIDRs ?? [],
       masqueradeBit: o.masqueradeBit,
       masqueradeAll: o.masqueradeAll,
       localDetector: nftLocalDetector(state.localDetection),
@@ -193,6 +193,10 @@ export class NftablesBackend implements Provider {
     this.#firstSync = false;
     this.#applied = true;
     this.#boundedFailed = false;
+    if (result.serviceCIDRsRewritten) {
+      // The one fixed chain a partial sync rewrites: keep the drift fingerprint in step.
+      this.#fixedRules = new Map([...this.#fixedRules, ...fixedChainRules(result.transaction)]);
+    }
     if (result.full) {
       this.#fixedRules = fixedChainRules(result.transaction);
       // The full sync rewrote everything the fingerprint covers: known good unless someone else

@@ -12,6 +12,7 @@ import { nftVersionProblem } from "./version.ts";
 import { featureProbeTransaction } from "./features.ts";
 import { nftablesHost } from "./host.ts";
 import { openNftSession } from "./nft_session.ts";
+import { infoV } from "../../log.ts";
 import { NftGenerationTracker } from "./generation.ts";
 import { type NftNetlinkReader, openNftNetlink } from "../../runtime/nft_netlink.ts";
 import { cleanupLine, cleanupNftables } from "./cleanup.ts";
@@ -128,9 +129,17 @@ export function createNftablesBackend(
  * opens.
  */
 export async function withSessionWriter(runner: NftRunner, info: (m: string) => void): Promise<NftRunner> {
-  const session = await openNftSession().catch(() => null);
+  const session = await openNftSession({
+    onFallback: (reason) =>
+      infoV(4, "nftables transaction not encodable as netlink, applied through nft", "reason", reason),
+  }).catch(() => null);
   if (session === null) return runner;
-  info(`nftables transactions go through ${session.lib === null ? "nft -f -" : "a libnftables session"}`);
+  const others = session.lib === null ? "nft -f -" : "a libnftables session";
+  info(
+    `nftables transactions go through ${
+      session.netlink === null ? others : `netlink batches (${others} for statements they do not encode)`
+    }`,
+  );
   return { ...runner, run: (transaction) => session.run(transaction) };
 }
 

@@ -1,17 +1,22 @@
 /**
- * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts):
- * libnftables in-process (lib/runtime/libnftables.ts) under Bun, which spares each
- * transaction the `nft` process start and library set-up; `nft -f -`, one process per transaction,
- * elsewhere (Deno) and for large transactions (a first sync's chunks), so a long commit never blocks
- * the event loop. Transactions run one at a time, in call order; each is atomic (a failing one changes
- * nothing and its error carries nft's text), and a failure leaves the session usable.
- *
- * nft 1.0.6 still re-reads the table's chains and sets before every transaction, also in a kept
- * context: its cache is dropped whenever the ruleset generation moved, and our own commit moves it.
+ * The nft writer with the lowest per-transaction cost measured on nft 1.0.6 (bench/nftables_bench.ts,
+ * bench/README.md): under Bun, our own netlink batches (netlink/batch.ts, lib/runtime/nft_batch_socket.ts),
+ * which read no kernel state before committing (nft 1.0.6 re-reads every chain and set of the table before
+ * every transaction, also in a kept libnftables context: its cache is dropped whenever the ruleset
+ * generation moved, and our own commit moves it). Every size goes this way: a first sync's bounded chunks
+ * hold the event loop for their kernel commit (up to ~1.4 s each at 10k Services), as long as `nft` would
+ * take for them in a child. A transaction with a statement the encoder does not know, or one the kernel
+ * refuses as a batch, goes to libnftables in-process (small ones, under Bun) or `nft -f -` (large ones, and
+ * everything under Deno). Transactions run one at a time, in call order; each is atomic (a failing one
+ * changes nothing and its error carries the refused statement), and a failure leaves the session usable.
  */
 import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
+import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
+import { encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
+import { releaseMemory } from "../../runtime/memory.ts";
 
 /**
  * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
@@ -28,7 +33,7 @@ export interface NftTransactionRunner {
 }
 
 /** Which writer a transaction went through. */
-export type NftWriterKind = "libnftables" | "nft -f -";
+export type NftWriterKind = "netlink" | "libnftables" | "nft -f -";
 
 /** Options of {@link openNftSession}. */
 export interface NftSessionOptions {
@@ -41,13 +46,24 @@ export interface NftSessionOptions {
   /** Use libnftables when available (default true); false: always `nft -f -`. */
   readonly libnftables?: boolean;
   /**
-   * Transactions of at least this many bytes go to `nft -f -` (default 256 KiB): they commit for long
-   * enough that blocking the event loop would matter, and a process start is then noise.
+   * Commit through our own netlink batches when available (default true): no cache read before a
+   * transaction. A transaction with a statement the encoder does not know goes to the other writers.
+   */
+  readonly netlink?: boolean;
+  /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
+  readonly onFallback?: (reason: string) => void;
+  /**
+   * Transactions of at least this many bytes that do not go through netlink go to `nft -f -` rather than
+   * libnftables (default 256 KiB): they commit for long enough that blocking the event loop on nft's parse
+   * and cache read would matter, and a process start is then noise.
    */
   readonly largeTransactionBytes?: number;
   /** Kills an `nft -f -` child after this many ms (default 120 000). */
   readonly timeoutMs?: number;
 }
+
+/** Netlink batch bytes sent between two forced collections (see #applyNetlink). */
+const RELEASE_AFTER_BYTES = 1024 * 1024;
 
 /** Default size from which a transaction goes to a child process. */
 export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
@@ -70,12 +86,23 @@ export class NftSession implements NftTransactionRunner {
   #queue: Promise<void> = Promise.resolve();
   #closed = false;
   /** Transactions applied per writer (for logs and benchmarks). */
-  readonly counts: Record<NftWriterKind, number> = { "libnftables": 0, "nft -f -": 0 };
+  readonly counts: Record<NftWriterKind, number> = { "netlink": 0, "libnftables": 0, "nft -f -": 0 };
+  /** Transactions the netlink encoder could not translate (they went to libnftables or nft). */
+  fallbacks = 0;
+  /** Netlink batches the kernel refused (each retried through libnftables or nft). */
+  refusedBatches = 0;
+  #seq = 1;
+  #sentSinceRelease = 0;
 
-  constructor(readonly options: NftSessionOptions, readonly lib: LibNftablesContext | null) {}
+  constructor(
+    readonly options: NftSessionOptions,
+    readonly lib: LibNftablesContext | null,
+    readonly netlink: NftBatchSocket | null = null,
+  ) {}
 
   /** The writer small transactions go through. */
   get writer(): NftWriterKind {
+    if (this.netlink !== null) return "netlink";
     return this.lib === null ? "nft -f -" : "libnftables";
   }
 
@@ -91,6 +118,27 @@ export class NftSession implements NftTransactionRunner {
 
   async #apply(transaction: string): Promise<void> {
     if (transaction === "") return;
+    if (this.netlink !== null) {
+      let done = false;
+      try {
+        done = this.#applyNetlink(this.netlink, transaction);
+      } catch (e) {
+        if (!(e instanceof NftTransactionError)) throw e;
+        // The batch changed nothing (atomic). nft gets the same transaction: where the kernel refuses it
+        // for a real reason nft reports that in its own words, and should our encoding ever differ from
+        // nft's, the change still lands.
+        this.refusedBatches++;
+        this.options.onFallback?.(`the kernel refused the netlink batch, retried through nft: ${e.nftError}`);
+      }
+      // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
+      // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
+      // encoder's buffers are out of scope, every MiB sent.
+      if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
+        this.#sentSinceRelease = 0;
+        releaseMemory();
+      }
+      if (done) return;
+    }
     const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {
       const r = this.lib.run(transaction);
@@ -110,20 +158,87 @@ export class NftSession implements NftTransactionRunner {
     this.counts["nft -f -"]++;
   }
 
-  /** Waits for queued transactions, then frees the libnftables context. */
+  /**
+   * Commits `transaction` as one netlink batch; false when the encoder does not know one of its
+   * statements (nothing was sent). Throws an NftTransactionError naming the refused statement.
+   */
+  #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
+    let messages;
+    try {
+      messages = encodeTransaction(transaction);
+    } catch (e) {
+      if (!(e instanceof NftNetlinkUnsupported)) throw e;
+      this.fallbacks++;
+      this.options.onFallback?.(`${e.what} in: ${e.statement}`);
+      return false;
+    }
+    if (messages.length === 0) return true;
+    const batch = frameBatch(messages, this.#seq);
+    this.#seq = (batch.lastSeq + 2) % 0x7fffffff || 1;
+    let outcome;
+    try {
+      outcome = socket.commit(batch.bytes, batch.lastSeq);
+    } catch (e) {
+      // The socket could not take the batch (send buffer, send): nothing was committed.
+      throw new NftTransactionError("netlink", (e as Error).message, transaction);
+    }
+    if (outcome.errors.length > 0 || !outcome.acknowledged) {
+      const lines = outcome.errors.map((e) =>
+        `Error: ${errnoText(e.errno)} (errno ${e.errno}): ${
+          clip(batch.statementOf(e.seq) ?? `message ${e.seq}`)
+        }`
+      );
+      if (lines.length === 0) lines.push("Error: the kernel did not acknowledge the batch");
+      throw new NftTransactionError("netlink", lines.join("\n"), transaction);
+    }
+    this.counts["netlink"]++;
+    this.#sentSinceRelease += batch.bytes.length;
+    return true;
+  }
+
+  /** Waits for queued transactions, then frees the libnftables context and the netlink socket. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     await this.#queue;
     this.lib?.close();
+    this.netlink?.close();
   }
 }
 
+/** A statement for an error line: merged element commands run to hundreds of KB. */
+function clip(statement: string): string {
+  return statement.length <= 300 ? statement : `${statement.slice(0, 300)}... (${statement.length} bytes)`;
+}
+
+/** strerror of the errnos nf_tables answers with (nft prints the same texts). */
+function errnoText(errno: number): string {
+  const texts: Record<number, string> = {
+    1: "Operation not permitted",
+    2: "No such file or directory",
+    12: "Cannot allocate memory",
+    16: "Device or resource busy",
+    17: "File exists",
+    22: "Invalid argument",
+    28: "No space left on device",
+    34: "Numerical result out of range",
+    90: "Message too long",
+    95: "Operation not supported",
+    105: "No buffer space available",
+  };
+  return texts[errno] ?? "Unknown error";
+}
+
 /**
- * Opens a session: with libnftables in-process when available and allowed, otherwise one
- * `nft -f -` per transaction.
+ * Opens a session: our netlink batches when available and allowed, with libnftables in-process (or one
+ * `nft -f -` per transaction) for what the encoder does not know and for large transactions of other
+ * writers.
  */
 export async function openNftSession(options: NftSessionOptions = {}): Promise<NftSession> {
   const lib = options.libnftables === false ? null : await openLibNftables({ netnsPath: options.netnsPath });
-  return new NftSession(options, lib);
+  const netlink = options.netlink === false
+    ? null
+    : await openNftBatchSocket({ netnsPath: options.netnsPath })
+      .catch(() => null);
+  return new NftSession(options, lib, netlink);
 }

@@ -21,6 +21,7 @@ import { joinHostPort } from "../../net/go_net.ts";
 import { cidrContains, parseCIDR, parseIP } from "../../net/ip.ts";
 import type { LocalDetection } from "../local_detect.ts";
 import type { TcpTransport } from "../../runtime/tcp_transport.ts";
+import type { UdpTransport } from "../../runtime/udp_transport.ts";
 
 /** Default time a closed service port's connections may finish. */
 export const DEFAULT_CLOSE_GRACE_MS = 10_000;
@@ -54,6 +55,8 @@ export interface UserspaceBackendOptions {
   readonly dialTimeoutsMs?: readonly number[];
   /** TCP sockets; default: the running runtime's (the bench compares them). */
   readonly transport?: TcpTransport;
+  /** UDP sockets (default: the runtime's; benchmarks compare). */
+  readonly udpTransport?: UdpTransport;
   readonly categorize?: CategorizeOptions;
   readonly now?: () => number;
 }
@@ -270,6 +273,7 @@ export class UserspaceBackend implements Provider {
             udpIdleTimeoutMs: o.udpIdleTimeoutMs,
             dialTimeoutsMs: o.dialTimeoutsMs,
             transport: o.transport,
+            udpTransport: o.udpTransport,
             log: o.log,
           });
           this.#listeners.set(k, { portal: p, socket });

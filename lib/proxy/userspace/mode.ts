@@ -19,6 +19,8 @@ import { runIp } from "./interface_addresses.ts";
 import type { Steering } from "./backend.ts";
 import { portalJumps, renderPortalCleanup } from "./portals.ts";
 import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
+import { openFilesLimit } from "../../runtime/rlimit.ts";
+import { raiseOpenFilesLimit } from "./open_files_limit.ts";
 
 /** iptables portals of one family: listeners on the node address, rules through iptables-restore. */
 async function iptablesSteering(family: IPFamily, ctx: BackendContext): Promise<Steering> {
@@ -59,6 +61,7 @@ export function createUserspaceBackend(): ProxyBackend {
   const backends = new Map<IPFamily, UserspaceBackend>();
   let addressHost: Promise<ServiceAddressHost> | null = null;
   let metricsRegistered = false;
+  let limitRaised = false;
   return {
     // Upstream's userspace proxier used the iptables section's periods.
     syncPeriods: (config) => ({
@@ -75,6 +78,11 @@ export function createUserspaceBackend(): ProxyBackend {
 
     async provider(family: IPFamily, ctx: BackendContext): Promise<Provider> {
       const { config, log } = ctx;
+      if (!limitRaised && !ctx.dryRun) {
+        // Two sockets per proxied connection: upstream's 64000 open files, once per process.
+        limitRaised = true;
+        raiseOpenFilesLimit(await openFilesLimit(), log);
+      }
       const portals = ctx.options?.userspacePortals ?? "none";
       let steering: Steering;
       if (portals === "none") {

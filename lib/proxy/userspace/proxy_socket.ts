@@ -6,12 +6,12 @@
  * address, closed after an idle timeout; replies leave through the listener socket, so they come from the
  * address the client sent to.
  *
- * TCP goes through the runtime's {@link TcpTransport} (Bun's native sockets in the shipped binary,
- * node:net elsewhere); UDP uses node:dgram, which Deno and Bun both provide.
+ * TCP and UDP go through the runtime's {@link TcpTransport} and {@link UdpTransport} (Bun's native
+ * sockets in the shipped binary, node:net and node:dgram elsewhere).
  */
-import * as dgram from "node:dgram";
 import type { EndpointInfo } from "../types.ts";
 import { type RelayConn, stripMapped, type TcpTransport, tcpTransport } from "../../runtime/tcp_transport.ts";
+import { type UdpSocketHandle, type UdpTransport, udpTransport } from "../../runtime/udp_transport.ts";
 
 /** Upstream's EndpointDialTimeouts: one dial per entry, each on the next endpoint. */
 export const ENDPOINT_DIAL_TIMEOUTS_MS: readonly number[] = [250, 500, 1000, 2000];
@@ -60,6 +60,8 @@ export interface ProxySocketOptions {
   readonly dialTimeoutsMs?: readonly number[];
   /** TCP sockets; default: the running runtime's ({@link tcpTransport}). */
   readonly transport?: TcpTransport;
+  /** UDP sockets; default: the running runtime's ({@link udpTransport}). */
+  readonly udpTransport?: UdpTransport;
   readonly log: { warn(msg: string): void; debug(msg: string): void };
 }
 
@@ -159,90 +161,124 @@ async function dialAndSplice(
 }
 
 interface UDPSession {
-  socket: dgram.Socket;
+  /** Null until the session's socket is bound; datagrams wait in `waiting` until then. */
+  socket: UdpSocketHandle | null;
+  waiting: Uint8Array[];
   endpoint: EndpointInfo;
   timer: ReturnType<typeof setTimeout>;
+  /** Date.now() of the last datagram either way; the timer re-arms itself until idleMs passed since. */
+  last: number;
+  ended: boolean;
 }
 
+/** Datagrams a session keeps while its socket is being bound; later ones are dropped, as UDP may. */
+const MAX_WAITING_DATAGRAMS = 64;
+
 async function openUDP(o: ProxySocketOptions): Promise<ProxySocket> {
-  const v6 = o.address.includes(":");
-  const type = v6 ? "udp6" : "udp4";
+  const transport = o.udpTransport ?? udpTransport();
+  const type = o.address.includes(":") ? "udp6" : "udp4";
   const idleMs = o.udpIdleTimeoutMs ?? DEFAULT_UDP_IDLE_TIMEOUT_MS;
-  const listener = dgram.createSocket({ type, reuseAddr: false });
   const sessions = new Map<string, UDPSession>();
-  await new Promise<void>((resolve, reject) => {
-    listener.once("error", reject);
-    listener.bind({ address: o.address, port: o.port, exclusive: true }, () => {
-      listener.off("error", reject);
-      resolve();
-    });
-  });
-  listener.on(
-    "error",
-    (e) => o.log.warn(`userspace listener ${hostPort(o.address, o.port)}/UDP: ${e.message}`),
-  );
   let closed = false;
 
   const endSession = (key: string) => {
     const s = sessions.get(key);
     if (!s) return;
     sessions.delete(key);
+    s.ended = true;
     clearTimeout(s.timer);
-    try {
-      s.socket.close();
-    } catch { /* already closed */ }
+    void s.socket?.close();
+  };
+  // One timer per session, not one per datagram: on expiry it ends the session or waits out the rest.
+  const expire = (key: string, s: UDPSession) => {
+    const left = s.last + idleMs - Date.now();
+    if (left > 0) s.timer = setTimeout(() => expire(key, s), left);
+    else endSession(key);
+  };
+  const touch = (s: UDPSession) => {
+    s.last = Date.now();
   };
 
-  listener.on("message", (msg: Uint8Array, rinfo: dgram.RemoteInfo) => {
+  const onDatagram = (msg: Uint8Array, fromPort: number, fromAddress: string) => {
     if (closed) return;
-    const key = hostPort(rinfo.address, rinfo.port);
+    const key = hostPort(fromAddress, fromPort);
     let s = sessions.get(key);
     if (!s) {
-      if (o.picker.admit && !o.picker.admit(stripMapped(rinfo.address))) return;
-      const ep = o.picker.next(stripMapped(rinfo.address), false);
+      const clientIP = stripMapped(fromAddress);
+      if (o.picker.admit && !o.picker.admit(clientIP)) return;
+      const ep = o.picker.next(clientIP, false);
       if (ep === null) {
         o.stats.noEndpoints();
         return;
       }
       o.stats.connection();
-      const sock = dgram.createSocket(type);
       const session: UDPSession = {
-        socket: sock,
+        socket: null,
+        waiting: [],
         endpoint: ep,
-        timer: setTimeout(() => endSession(key), idleMs),
+        timer: setTimeout(() => expire(key, session), idleMs),
+        last: Date.now(),
+        ended: false,
       };
-      sock.on("message", (reply: Uint8Array, from: dgram.RemoteInfo) => {
-        if (from.port !== ep.port || stripMapped(from.address) !== ep.ip) return; // not our endpoint
+      sessions.set(key, session);
+      s = session;
+      const onReply = (reply: Uint8Array, replyPort: number, replyAddress: string) => {
+        if (replyPort !== ep.port || stripMapped(replyAddress) !== ep.ip) return; // not our endpoint
         o.stats.bytes("out", reply.length);
-        clearTimeout(session.timer);
-        session.timer = setTimeout(() => endSession(key), idleMs);
-        if (!closed) listener.send(reply, rinfo.port, rinfo.address);
-      });
-      sock.on("error", () => {
+        touch(session);
+        // From the listener: the reply leaves from the address the client sent to.
+        if (!closed) listener.send(reply, fromPort, fromAddress);
+      };
+      const onError = () => {
+        if (session.ended) return;
         o.stats.dialError();
         o.picker.dialFailed(ep);
         endSession(key);
-      });
-      sessions.set(key, session);
-      s = session;
+      };
+      transport.bind(type, null, 0, onReply, onError).then(
+        (sock) => {
+          if (session.ended) return void sock.close();
+          session.socket = sock;
+          for (const d of session.waiting) sock.send(d, ep.port, ep.ip);
+          session.waiting = [];
+        },
+        (e) => {
+          o.log.warn(
+            `userspace ${hostPort(o.address, o.port)}/UDP: no session socket: ${(e as Error).message}`,
+          );
+          endSession(key);
+        },
+      );
     }
     o.stats.bytes("in", msg.length);
-    clearTimeout(s.timer);
-    s.timer = setTimeout(() => endSession(key), idleMs);
-    s.socket.send(msg, s.endpoint.port, s.endpoint.ip);
-  });
+    touch(s);
+    if (s.socket !== null) s.socket.send(msg, s.endpoint.port, s.endpoint.ip);
+    // The datagram's bytes are only valid during this call: a waiting one is copied.
+    else if (s.waiting.length < MAX_WAITING_DATAGRAMS) s.waiting.push(msg.slice());
+  };
 
-  const addr = listener.address();
+  const listener = await transport.bind(
+    type,
+    o.address,
+    o.port,
+    onDatagram,
+    (e) => {
+      // ECONNREFUSED: a reply's client is gone (ICMP port unreachable); not worth a warning each time.
+      const log = (e as { code?: string }).code === "ECONNREFUSED" ? o.log.debug : o.log.warn;
+      log(`userspace listener ${hostPort(o.address, o.port)}/UDP: ${e.message}`);
+    },
+  );
+
   return {
-    port: addr.port,
+    port: listener.port,
     activeCount: () => sessions.size,
     // UDP sessions end with the listener, whatever the grace (upstream: closing the socket breaks them):
     // their replies leave through the listener, so without it they could not reach the client anyway.
-    async close(_graceMs: number): Promise<void> {
-      if (closed) return;
+    close(_graceMs: number): Promise<void> {
+      if (closed) return Promise.resolve();
       closed = true;
       for (const key of [...sessions.keys()]) endSession(key);
-      await new Promise<void>((resolve) => listener.close(() => resolve()));
+      return listener.close();
     },
   };
 }

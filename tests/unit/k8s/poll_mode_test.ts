@@ -65,10 +65,10 @@ const svc = (name: string, ip = "10.96.0.10", padding = "") => ({
 });
 
 const isServices = (r: RecordedRequest) => r.path === "/api/v1/services";
-const fullLists = (srv: TestApiserver) =>
-  srv.requests.filter((r) => isServices(r) && !r.watch && !/(^|&)resourceVersion=0(&|$)/.test(r.query));
-const cacheLists = (srv: TestApiserver) =>
-  srv.requests.filter((r) => isServices(r) && !r.watch && /(^|&)resourceVersion=0(&|$)/.test(r.query));
+const lists = (srv: TestApiserver) => srv.requests.filter((r) => isServices(r) && !r.watch);
+const param = (r: RecordedRequest, name: string) => new URLSearchParams(r.query).get(name);
+/** The LISTs after the first (the first is always there, at resourceVersion=0). */
+const laterLists = (srv: TestApiserver) => lists(srv).slice(1);
 const watches = (srv: TestApiserver) => srv.requests.filter((r) => isServices(r) && r.watch);
 
 interface Harness {
@@ -149,8 +149,12 @@ describe("--api-mode=poll: bounded watches", () => {
       await pause(4500);
       h.srv.update("services", svc("a", "10.96.0.99"));
       await waitFor("the update", () => h.rec.seen.get("default/a")?.version === "10.96.0.99");
-      assert.equal(fullLists(h.srv).length, 1, "one LIST, at start");
-      assert.equal(cacheLists(h.srv).length, 0);
+      assert.equal(lists(h.srv).length, 1, "one LIST, at start");
+      assert.equal(
+        param(lists(h.srv)[0], "resourceVersion"),
+        "0",
+        "the first LIST is served by the watch cache",
+      );
       const w = watches(h.srv);
       assert.ok(w.length >= 4, `bounded watches follow each other (${w.length})`);
       for (const r of w) {
@@ -176,7 +180,7 @@ describe("--api-mode=poll: bounded watches", () => {
       await h.p.synced;
       const worst = await worstDelay(h, 6, 15_000, "cut");
       assert.ok(worst <= 3000, `worst delay ${worst} ms is within the interval + 1 s`);
-      assert.equal(fullLists(h.srv).length, 1, "a cut watch resumes; it does not list");
+      assert.equal(lists(h.srv).length, 1, "a cut watch resumes; it does not list");
       assert.ok(watches(h.srv).length >= 6);
     } finally {
       await h.stop();
@@ -204,9 +208,13 @@ describe("--api-mode=poll: bounded watches", () => {
         const watchesAtFallback = watches(h.srv).length;
         const worst = await worstDelay(h, 4, 6000, "buf");
         assert.ok(worst <= 2000, `worst delay ${worst} ms is within the interval + 1 s`);
-        assert.ok(cacheLists(h.srv).length >= 3, `LISTs from the watch cache (${cacheLists(h.srv).length})`);
+        const later = laterLists(h.srv);
+        assert.ok(later.length >= 3, `LISTs after the fallback (${later.length})`);
+        assert.ok(
+          lists(h.srv).every((r) => param(r, "resourceVersion") === "0"),
+          "every LIST is served by the watch cache",
+        );
         assert.equal(watches(h.srv).length, watchesAtFallback, "no watch after the fallback");
-        assert.equal(fullLists(h.srv).length, 1);
       } finally {
         await h.stop();
       }
@@ -224,8 +232,11 @@ describe("--api-mode=poll: bounded watches", () => {
       h.srv.faults.goneNextWatch("event");
       await waitFor("b", () => h.rec.seen.has("default/b"), 10_000);
       await pause(2500);
-      assert.equal(fullLists(h.srv).length, 2, "the first LIST and one after the 410");
-      assert.equal(cacheLists(h.srv).length, 0);
+      assert.equal(lists(h.srv).length, 2, "the first LIST and one after the 410");
+      // client-go's relist: at the last resourceVersion seen, without limit (the watch cache serves it)
+      const relist = lists(h.srv)[1];
+      assert.ok(Number(param(relist, "resourceVersion")) > 0, relist.query);
+      assert.equal(param(relist, "limit"), null);
       assert.ok(h.log.lines.some((l) => /listing again/.test(l)), h.log.lines.join("\n"));
     } finally {
       await h.stop();
@@ -240,13 +251,13 @@ describe("--api-mode=poll: bounded watches", () => {
     try {
       await h.p.synced;
       assert.equal(h.rec.seen.size, 1000);
-      const lists = fullLists(h.srv);
-      assert.ok(lists.length >= 1 && lists.every((r) => r.gzip), "every LIST page came compressed");
-      const listed = lists.reduce((n, r) => n + r.bytes, 0);
+      const listed = lists(h.srv);
+      assert.ok(listed.length >= 1 && listed.every((r) => r.gzip), "every LIST page came compressed");
+      const sent = listed.reduce((n, r) => n + r.bytes, 0);
       const got = h.transport.bytesReceived;
       assert.ok(got.decoded > 1000 * 400, `decoded ${got.decoded} bytes`);
       assert.ok(got.wire < got.decoded / 5, `wire ${got.wire} bytes, decoded ${got.decoded}`);
-      assert.ok(got.wire >= listed, `the client counted at least the ${listed} compressed bytes sent`);
+      assert.ok(got.wire >= sent, `the client counted at least the ${sent} compressed bytes sent`);
     } finally {
       await h.stop();
     }
@@ -266,7 +277,7 @@ describe("--api-mode=poll: bounded watches", () => {
       try {
         await h.p.synced;
         await pause(5000);
-        const n = fullLists(h.srv).length;
+        const n = lists(h.srv).length;
         assert.ok(n >= 2 && n <= 4, `${n} LISTs in about 5 s with a 2 s relist period`);
       } finally {
         await h.stop();
@@ -283,7 +294,7 @@ describe("--api-mode=poll: bounded watches", () => {
       await pause(5000);
       assert.ok(watches(h.srv).length >= 4, "several empty watches ended by their timeout");
       assert.equal(h.p.listing, false);
-      assert.equal(cacheLists(h.srv).length, 0);
+      assert.equal(lists(h.srv).length, 1, "no LIST after the first");
       assert.deepEqual(h.log.lines.filter((l) => l.startsWith("W ")), []);
     } finally {
       await h.stop();
@@ -319,13 +330,13 @@ describe("--api-mode=poll: bounded watches", () => {
         () => !h.p.listing && h.log.lines.some((l) => /as they happen again/.test(l)),
         20_000,
       );
-      const lists = cacheLists(h.srv).length;
+      const listed = lists(h.srv).length;
       const made = Date.now();
       h.srv.create("services", svc("late", "10.96.3.3"));
       await waitFor("late", () => h.rec.seen.has("default/late"));
       assert.ok(Date.now() - made < 1000, "delivered by the watch as it happened");
       await pause(2000);
-      assert.equal(cacheLists(h.srv).length, lists, "no more LISTs once watching");
+      assert.equal(lists(h.srv).length, listed, "no more LISTs once watching");
     } finally {
       await h.stop();
     }

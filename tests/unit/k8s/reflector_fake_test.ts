@@ -1,7 +1,7 @@
 /**
  * Reflector edge cases a real apiserver does not produce on demand, against a small scripted node:http fake:
- * malformed list items and watch lines, a watch that goes silent (before or after its headers), and a
- * server that closes every watch at once.
+ * malformed list items and watch lines, a watch that goes silent (before or after its headers), a
+ * server that closes every watch at once, and LISTs at a resourceVersion the server cannot serve.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -20,6 +20,10 @@ class FakeApi {
   rv = "100";
   watchMode: WatchMode = "stream";
   lists = 0;
+  /** The query of every LIST, in order. */
+  listQueries: URLSearchParams[] = [];
+  /** An error answer (status, Status body) for a LIST, or undefined to serve it. */
+  listError: (q: URLSearchParams) => [number, unknown] | undefined = () => undefined;
   watches = 0;
   open = new Set<http.ServerResponse>();
   #server = http.createServer((req, res) => this.#handle(req, res));
@@ -35,6 +39,13 @@ class FakeApi {
     const q = new URL(req.url!, "http://x").searchParams;
     if (q.get("watch") !== "true") {
       this.lists++;
+      this.listQueries.push(q);
+      const err = this.listError(q);
+      if (err) {
+        res.writeHead(err[0], { "Content-Type": "application/json" });
+        res.end(JSON.stringify(err[1]));
+        return;
+      }
       res.writeHead(200, { "Content-Type": "application/json" });
       res.end(
         JSON.stringify({
@@ -270,4 +281,72 @@ describe("reflector watchdog and short watches", () => {
       await h.stop();
     }
   });
+});
+
+describe("reflector LISTs at a resourceVersion the server cannot serve", () => {
+  const answers: Array<[string, number, unknown]> = [
+    ["410 Expired", 410, {
+      kind: "Status",
+      apiVersion: "v1",
+      status: "Failure",
+      message: "too old resource version: 100 (120)",
+      reason: "Expired",
+      code: 410,
+    }],
+    ["Too large resource version", 504, {
+      kind: "Status",
+      apiVersion: "v1",
+      status: "Failure",
+      message: "Too large resource version: 100, current: 90",
+      reason: "Timeout",
+      details: { causes: [{ reason: "ResourceVersionTooLarge", message: "Too large resource version" }] },
+      code: 504,
+    }],
+  ];
+  for (const [what, code, body] of answers) {
+    it(`a relist answered ${what} is retried at once as a consistent read, as client-go does`, {
+      timeout: 30_000,
+    }, async () => {
+      const fake = await new FakeApi().start();
+      fake.items = [svc("a", "90")];
+      fake.listError = (q) => q.get("resourceVersion") === "100" ? [code, body] : undefined;
+      const h = setup(fake, { pageSize: 7 });
+      try {
+        await h.r.synced;
+        await waitFor("watch", () => fake.open.size === 1);
+        await new Promise((r) => setTimeout(r, 300)); // a 410 right after a list is backed off (shortWatchMs)
+        fake.items = [svc("a", "90"), svc("b", "110")];
+        fake.rv = "110";
+        fake.push(
+          JSON.stringify({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired" } }),
+        );
+        await waitFor("b through the relist", () => h.rec.events.includes("add ns/b"));
+        const q = fake.listQueries.map((p) => [p.get("resourceVersion"), p.get("limit")]);
+        assert.deepEqual(q, [
+          ["0", "7"], // the first list, from the watch cache
+          ["100", null], // the last resourceVersion seen, unpaged: the watch cache serves it
+          [null, "7"], // a consistent read, paged
+        ]);
+        assert.ok(
+          h.log.lines.some((l) =>
+            l.startsWith(`I list services: resourceVersion 100 unavailable (GET services (list): ${code} `) &&
+            l.endsWith("; listing again with a consistent read")
+          ),
+          h.log.lines.join("\n"),
+        );
+        assert.deepEqual(h.log.lines.filter((l) => l.startsWith("W ")), [], "no failure, no backoff");
+        // The next relist goes back to the last resourceVersion seen.
+        fake.listError = () => undefined;
+        await waitFor("watch", () => fake.open.size === 1);
+        await new Promise((r) => setTimeout(r, 300));
+        fake.push(
+          JSON.stringify({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired" } }),
+        );
+        await waitFor("another relist", () => fake.lists === 4);
+        assert.equal(fake.listQueries[3].get("resourceVersion"), "110");
+      } finally {
+        await h.stop();
+      }
+    });
+  }
 });

@@ -324,16 +324,19 @@ describe("reflector: size limits", () => {
       {},
       (srv) => {
         srv.create("services", svc("a"));
-        srv.faults.oversizeNextList(2 * 1024 * 1024);
+        // the resourceVersion=0 answer, then the first page of the paged list that replaces it
+        srv.faults.oversizeNextList(2 * 1024 * 1024, 2);
       },
     );
     try {
       await h.r.synced;
       assert.deepEqual([...h.rec.keys], ["default/a"]);
-      assert.equal(h.lists(), 2);
+      assert.equal(h.lists(), 3);
       assert.deepEqual(
         h.log.lines.filter((l) => l.startsWith("W ")),
         [
+          "W list services: GET services (list): response body is larger than the limit of 1 MiB; dropped it; " +
+          "the whole list does not fit in one response: listing in pages of 500 from now on",
           "W list services failed: GET services (list): response body is larger than the limit of 1 MiB; " +
           "dropped it; retrying in 50ms",
         ],
@@ -342,6 +345,43 @@ describe("reflector: size limits", () => {
       await h.stop();
     }
   });
+
+  it(
+    "a resourceVersion=0 answer over the limit (the watch cache ignores limit) is listed again at once in pages",
+    {
+      timeout: 60_000,
+    },
+    async () => {
+      const h = await harness(
+        { ...NO_BACKOFF, backoff: { initialMs: 50, maxMs: 200, jitter: 0 }, maxMessageBytes: 1024 * 1024 },
+        {},
+        (srv) => {
+          for (const n of ["a", "b", "c"]) srv.create("services", svc(n));
+          srv.faults.oversizeNextList(2 * 1024 * 1024);
+        },
+      );
+      try {
+        await h.r.synced;
+        assert.deepEqual([...h.rec.keys].sort(), ["default/a", "default/b", "default/c"]);
+        const lists = h.srv.requests.filter((q) => q.path === "/api/v1/services" && !q.watch);
+        assert.equal(lists.length, 2, "no backoff: the paged list follows at once");
+        const q = lists.map((r) => new URLSearchParams(r.query));
+        assert.equal(q[0].get("resourceVersion"), "0");
+        assert.equal(q[1].get("resourceVersion"), null, "a consistent read");
+        assert.equal(q[1].get("limit"), "500");
+        assert.equal(h.log.lines.filter((l) => l.startsWith("W ")).length, 1);
+        // later lists page too, and "0" is not asked for again
+        h.srv.faults.goneNextWatch("status");
+        h.srv.faults.dropWatches();
+        await waitFor("a relist", () => h.lists() === 3);
+        const relist = new URLSearchParams(h.srv.requests.filter((r) => !r.watch).at(-1)!.query);
+        assert.equal(relist.get("limit"), "500");
+        assert.notEqual(relist.get("resourceVersion"), "0");
+      } finally {
+        await h.stop();
+      }
+    },
+  );
 
   it("--api-mode=poll: a page over the limit fails that round with the same error, the next round works", {
     timeout: 60_000,
@@ -357,7 +397,7 @@ describe("reflector: size limits", () => {
       log,
     });
     srv.create("services", svc("a"));
-    srv.faults.oversizeNextList(2 * 1024 * 1024);
+    srv.faults.oversizeNextList(2 * 1024 * 1024, 2);
     const rec = new Rec();
     const p = new Poller<KubeObject>({
       transport,
@@ -372,6 +412,8 @@ describe("reflector: size limits", () => {
       await p.synced;
       assert.deepEqual([...rec.keys], ["default/a"]);
       assert.deepEqual(log.lines.filter((l) => l.startsWith("W ")), [
+        "W list services: GET services (list): response body is larger than the limit of 1 MiB; dropped it; " +
+        "the whole list does not fit in one response: listing in pages of 500 from now on",
         "W list services failed: GET services (list): response body is larger than the limit of 1 MiB; " +
         "dropped it; retrying in 50ms",
       ]);

@@ -202,7 +202,7 @@ function seeded(seed: number): () => number {
 }
 
 describe("reflector against the test apiserver", () => {
-  it("lists in pages, fires adds then synced, applies the label selector, then follows the watch", {
+  it("one LIST from the watch cache (resourceVersion=0), adds then synced, label selector, then the watch", {
     timeout: 30_000,
   }, async () => {
     const h = await harness();
@@ -225,13 +225,15 @@ describe("reflector against the test apiserver", () => {
       assert.equal(addsAtSync, 12, "all adds before synced");
       assert.equal(rec.synced, 1);
       const lists = h.srv.requests.filter((q) => !q.watch && q.path === "/api/v1/services");
-      assert.equal(lists.length, 3, "12 objects in pages of 5");
-      assert.ok(lists.every((q) => new URLSearchParams(q.query).get("limit") === "5"));
-      assert.ok(lists.every((q) =>
-        new URLSearchParams(q.query).get("labelSelector") ===
-          "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
-      ));
-      assert.ok(new URLSearchParams(lists[1].query).get("continue"), "second page uses continue");
+      // client-go's first list: resourceVersion=0 with its page size, which the watch cache ignores
+      assert.equal(lists.length, 1, "12 objects in one response, whatever the page size of 5");
+      const lq = new URLSearchParams(lists[0].query);
+      assert.equal(lq.get("resourceVersion"), "0");
+      assert.equal(lq.get("limit"), "5");
+      assert.equal(
+        lq.get("labelSelector"),
+        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless",
+      );
 
       await waitFor("watch open", () => h.srv.activeWatches() === 1);
       const watch = h.srv.requests.find((q) => q.watch)!;
@@ -258,6 +260,48 @@ describe("reflector against the test apiserver", () => {
       assert.deepEqual(rec.violations, []);
       // objects carry their kind whether they came from the list or the watch
       assert.ok([...rec.state.values()].every((o) => o.kind === "Service"));
+    } finally {
+      await teardown(h, r);
+    }
+  });
+
+  it("without the watch cache the resourceVersion=0 list comes in pages, and so do relists", {
+    timeout: 30_000,
+  }, async () => {
+    const h = await harness({ watchCache: false });
+    for (let i = 0; i < 12; i++) h.srv.create("services", svc(`svc-${String(i).padStart(2, "0")}`));
+    const rec = new Recorder();
+    const r = reflector(h, SERVICES_RESOURCE, rec);
+    try {
+      await r.synced;
+      assert.equal(rec.state.size, 12);
+      const lists = () => h.srv.requests.filter((q) => !q.watch && q.path === "/api/v1/services");
+      const q = lists().map((l) => new URLSearchParams(l.query));
+      assert.equal(q.length, 3, "12 objects in pages of 5");
+      assert.ok(q.every((p) => p.get("limit") === "5"));
+      assert.equal(q[0].get("resourceVersion"), "0");
+      assert.ok(q[1].get("continue") && q[1].get("resourceVersion") === null, "second page uses continue");
+      // A relist after 410 keeps paging (client-go's paginatedResult). Paged at a resourceVersion N it is an
+      // exact read, which compaction made unavailable (410): then a consistent read, paged as well.
+      await waitFor("watch open", () => h.srv.activeWatches() === 1);
+      h.srv.faults.stallWatches(); // "late" and the compaction reach the reflector only through a relist
+      h.srv.create("services", svc("late"));
+      h.srv.faults.compact();
+      await waitFor(
+        "consistent relist",
+        () => lists().slice(3).some((l) => !/resourceVersion=|continue=/.test(l.query)),
+      );
+      await waitFor("converged", () => rec.summary().join() === serverSummary(h.srv, "services").join());
+      const relist = lists().slice(3).map((l) => new URLSearchParams(l.query));
+      assert.ok(relist.every((p) => p.get("limit") === "5"), "every relist page asks for 5");
+      assert.ok(Number(relist[0].get("resourceVersion")) > 0, "first at the last resourceVersion seen");
+      assert.ok(
+        h.log.lines.some((l) =>
+          /resourceVersion \d+ unavailable .*410.*; listing again with a consistent read/.test(l)
+        ),
+        h.log.lines.join("\n"),
+      );
+      assert.deepEqual(rec.violations, []);
     } finally {
       await teardown(h, r);
     }

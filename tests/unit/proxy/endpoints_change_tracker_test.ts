@@ -242,6 +242,53 @@ describe("EndpointsChangeTracker: merging slices", () => {
     assert.deepEqual([...result.changedServices], ["ns1/svc1", "ns1/svc2"]);
   });
 
+  it("holds each endpoint once: a change to one slice reuses the other slices' endpoint records", () => {
+    const { tracker, em } = setup();
+    const a = slice("ns1", "svc1", "svc1-a", [{ addresses: ["10.0.0.1"] }, { addresses: ["10.0.0.2"] }], [
+      tcp("p", 80),
+      tcp("q", 81),
+    ]);
+    tracker.endpointSliceUpdate(a, false);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "svc1-b", [{ addresses: ["10.0.0.3"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    const before = em.get(key("ns1", "svc1", "p"))!;
+    const beforeQ = em.get(key("ns1", "svc1", "q"))!;
+    // svc1-b changes; svc1-a does not: its records are the same objects, not rebuilt copies
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "svc1-b", [{ addresses: ["10.0.0.3"] }, { addresses: ["10.0.0.4"] }], [
+        tcp("p", 80),
+      ]),
+      false,
+    );
+    em.apply(tracker);
+    const after = em.get(key("ns1", "svc1", "p"))!;
+    assert.deepEqual(after.map((e) => e.endpoint), [
+      "10.0.0.1:80",
+      "10.0.0.2:80",
+      "10.0.0.3:80",
+      "10.0.0.4:80",
+    ]);
+    assert.notEqual(after, before, "a new array for the changed ServicePort (render facts key on it)");
+    assert.equal(after[0], before[0]);
+    assert.equal(after[1], before[1]);
+    assert.equal(em.get(key("ns1", "svc1", "q"))![0], beforeQ[0]);
+  });
+
+  it("a slice without ports still changes when its endpoints do", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], []), false);
+    em.apply(tracker);
+    assert.equal(
+      tracker.endpointSliceUpdate(slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.2"] }], []), false),
+      true,
+    );
+    assert.equal(em.apply(tracker).changedServices.size, 1);
+    assert.equal(em.size, 0);
+  });
+
   it("prefers the non-terminating endpoint when the same IP appears twice, in either slice order", () => {
     for (const [first, second] of [["a", "b"], ["b", "a"]]) {
       const { tracker, em } = setup();

@@ -282,6 +282,7 @@ test("discovery and health endpoints; /healthz and /version need no credentials"
     assert.deepEqual(apis.body.groups.map((g: { name: string }) => g.name), [
       "discovery.k8s.io",
       "events.k8s.io",
+      "networking.k8s.io",
     ]);
     const res = await c.getJson("/apis/discovery.k8s.io/v1");
     assert.equal(res.body.resources[0].name, "endpointslices");

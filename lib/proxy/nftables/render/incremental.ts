@@ -21,8 +21,10 @@ import { NftTransaction } from "./transaction.ts";
 import { localTrafficMatches } from "./local_traffic.ts";
 import { type ServicePortContext, writeServicePort } from "./service_port.ts";
 import { ElementWriter } from "./elements.ts";
-import { KUBE_PROXY_TABLE } from "./names.ts";
+import { CLUSTER_IPS_CHECK_CHAIN, KUBE_PROXY_TABLE } from "./names.ts";
+import { writeClusterIPsCheckRules } from "./setup.ts";
 import {
+  cidrsOfFamily,
   nftFamily,
   type NftRenderInput,
   type NftRenderResult,
@@ -84,6 +86,8 @@ export interface NftIncrementalResult {
   readonly operations: number;
   /** True when this was a full sync (no earlier state, or node-level settings changed). */
   readonly full: boolean;
+  /** A partial sync that rewrote the `cluster-ips-check` chain (the service CIDRs changed). */
+  readonly serviceCIDRsRewritten: boolean;
   /** Per-service chains flushed as stale by this sync (delete them later: staleChainDeletion). */
   readonly staleChains: readonly string[];
   readonly skippedServices: readonly string[];
@@ -99,7 +103,10 @@ const elementId = (container: string, key: string) => `${container}\u0000${key}`
 /** The container of an element id. */
 const containerOf = (id: string) => id.slice(0, id.indexOf("\u0000"));
 
-/** Every setting except services, endpoints and the table listing: a change needs a full sync. */
+/**
+ * Every setting except services, endpoints, the service CIDRs (a change of them rewrites one chain) and
+ * the table listing: a change needs a full sync.
+ */
 function settingsOf(input: NftIncrementalInput): string {
   return JSON.stringify([
     input.family,
@@ -108,7 +115,6 @@ function settingsOf(input: NftIncrementalInput): string {
     input.nodeIP,
     input.nodePortAddresses.matchAll,
     input.nodePortAddresses.nodeIPs(input.localAddresses),
-    input.serviceCIDRs,
     input.masqueradeBit,
     input.masqueradeAll,
     input.localDetector,
@@ -135,6 +141,8 @@ class RecordingElements extends ElementWriter {
  */
 export class NftIncrementalRenderer {
   #settings: string | null = null;
+  /** This family's service CIDRs in the table (joined), as the last sync wrote them. */
+  #serviceCIDRs = "";
   readonly #fragments = new Map<string, Fragment>();
   /** Wanting service ports of each element, by element id. */
   readonly #owners = new Map<string, Owners>();
@@ -206,6 +214,7 @@ export class NftIncrementalRenderer {
     this.#skipped.clear();
     this.#noLocalInternal = 0;
     this.#noLocalExternal = 0;
+    this.#serviceCIDRs = cidrsOfFamily(input.serviceCIDRs, input.family, []).join(",");
     // One pass: the full sync's renderer tells us each service port's elements and outcome.
     let wanted: WantedElement[] = [];
     const result: NftRenderResult = renderNFTablesSync(
@@ -229,6 +238,7 @@ export class NftIncrementalRenderer {
       transaction: result.transaction,
       operations: result.operations,
       full: true,
+      serviceCIDRsRewritten: false,
       staleChains: result.staleChains,
       skippedServices: result.skippedServices,
       warnings: result.warnings,
@@ -245,6 +255,16 @@ export class NftIncrementalRenderer {
     const touched = new Set<string>();
     const dropped = { chains: new Set<string>(), sets: new Set<string>() };
     const kept = { chains: new Set<string>(), sets: new Set<string>() };
+    // Only the service CIDRs changed among the settings: rewrite the one chain that uses them.
+    const cidrs = cidrsOfFamily(input.serviceCIDRs, input.family, warnings);
+    const serviceCIDRsRewritten = cidrs.join(",") !== this.#serviceCIDRs;
+    if (serviceCIDRsRewritten) {
+      const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
+      tx.flushChain(CLUSTER_IPS_CHECK_CHAIN);
+      writeClusterIPsCheckRules(tx, family, cidrs);
+      lines.push(...tx.lines());
+      this.#serviceCIDRs = cidrs.join(",");
+    }
     for (const key of [...new Set(changed)].sort()) {
       const old = this.#fragments.get(key);
       this.#skipped.delete(key);
@@ -298,6 +318,7 @@ export class NftIncrementalRenderer {
       transaction: lines.length === 0 ? "" : lines.join("\n") + "\n",
       operations: lines.length,
       full: false,
+      serviceCIDRsRewritten,
       staleChains,
       skippedServices: [...this.#skipped.keys()].sort(),
       warnings,

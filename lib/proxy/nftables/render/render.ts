@@ -117,7 +117,7 @@ export function nftFamily(family: IPFamily): NftFamily {
  * CIDRs of `family` among `cidrs`, normalised, in order (upstream OnServiceCIDRsChanged filtering);
  * invalid ones are reported and dropped.
  */
-function cidrsOfFamily(cidrs: readonly string[], family: IPFamily, warnings: string[]): string[] {
+export function cidrsOfFamily(cidrs: readonly string[], family: IPFamily, warnings: string[]): string[] {
   const out: string[] = [];
   for (const c of cidrs) {
     const parsed = parseCIDR(c);

@@ -111,6 +111,30 @@ export function ensureChain(tx: NftTransaction, chain: string, created: Set<stri
   tx.flushChain(chain);
 }
 
+/**
+ * The rules of the (flushed) `cluster-ips-check` chain: reject traffic to undefined ports of active
+ * ClusterIPs, and drop traffic to unallocated addresses of the service CIDRs when there are any (upstream
+ * writes no drop rule without ServiceCIDRs). A change of the CIDRs alone rewrites only this chain.
+ */
+export function writeClusterIPsCheckRules(
+  tx: NftTransaction,
+  family: NftFamily,
+  serviceCIDRs: readonly string[],
+): void {
+  tx.addRule(
+    CLUSTER_IPS_CHECK_CHAIN,
+    `${family} daddr @${CLUSTER_IPS_SET} reject`,
+    "Reject traffic to invalid ports of ClusterIPs",
+  );
+  if (serviceCIDRs.length > 0) {
+    tx.addRule(
+      CLUSTER_IPS_CHECK_CHAIN,
+      `${family} daddr { ${serviceCIDRs.join(",")} } drop`,
+      "Drop traffic to unallocated ClusterIPs",
+    );
+  }
+}
+
 /** Writes the fixed part of the table into `tx` (upstream setupNFTables). */
 export function writeSetup(tx: NftTransaction, input: NftSetupInput): void {
   const ipX = input.family;
@@ -146,18 +170,7 @@ export function writeSetup(tx: NftTransaction, input: NftSetupInput): void {
   tx.addRule(MASQUERADING_CHAIN, "masquerade fully-random");
 
   tx.addSet(CLUSTER_IPS_SET, { type: addrType, comment: "Active ClusterIPs" });
-  tx.addRule(
-    CLUSTER_IPS_CHECK_CHAIN,
-    `${ipX} daddr @${CLUSTER_IPS_SET} reject`,
-    "Reject traffic to invalid ports of ClusterIPs",
-  );
-  if (input.serviceCIDRs.length > 0) {
-    tx.addRule(
-      CLUSTER_IPS_CHECK_CHAIN,
-      `${ipX} daddr { ${input.serviceCIDRs.join(",")} } drop`,
-      "Drop traffic to unallocated ClusterIPs",
-    );
-  }
+  writeClusterIPsCheckRules(tx, ipX, input.serviceCIDRs);
 
   // "add" before "delete" so that deleting a set that does not exist is not an error.
   tx.addSet(NODEPORT_IPS_SET, { type: addrType, comment: "IPs that accept NodePort traffic" });
