@@ -6,18 +6,23 @@
  * one process against one test apiserver) with the requests/s and bytes/s the apiserver serves.
  *
  *   bun bench/wan_bench.ts [--sizes=1000,10000] [--window=60] [--interval=10] [--fleet=200]
- *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet]
+ *                          [--fleet-services=100] [--fleet-window=60] [--only=node,fleet] [--http2=false]
+ *                          [--watch-cache-bookmarks=false] [--modes=watch,poll-list,poll]
  *
  * The fleet needs BUN_CONFIG_MAX_HTTP_REQUESTS=2048 (Bun's fetch allows 256 requests in flight per process,
  * and each node holds 3 watches open).
  *
  * Each figure is measured over one window of `--window` seconds after the first sync has settled, with
  * one change (an EndpointSlice update) in the middle of it, and scaled to an hour (× 3600 / window): the
- * run is shorter than an hour, the rate is extrapolated. Bytes are response bodies as the apiserver wrote
- * them (after gzip), counted by the test apiserver, and the same plus an estimate of the response headers
- * ({@link HEADER_BYTES} per request; TLS framing not included); the client's own count of body bytes
- * received (ApiTransport.bytesReceived, wire and decoded) is printed beside them. The test apiserver sends a
- * bookmark every 60 s on watches that ask for them, like a real one.
+ * run is shorter than an hour, the rate is extrapolated. Two byte counts: response bodies as the apiserver
+ * wrote them (after gzip), counted by the test apiserver; and the real bytes on the node's link, counted by
+ * a TCP relay between each node's client and the apiserver (tests/support/counting_relay.ts): TLS
+ * handshakes and records, HTTP headers and framing, bodies. New TCP connections per hour show whether
+ * connections are reused. The client's own count of body bytes received (ApiTransport.bytesReceived, wire
+ * and decoded) is printed beside them. The test apiserver offers HTTP/2 by ALPN (as a real one does) unless
+ * `--http2=false`, and sends bookmarks on watches that ask for them as a real one's watch cache does: every
+ * 60 s and 2 s before a watch's timeoutSeconds deadline, only when the resourceVersion moved past what the
+ * watcher was sent (`--watch-cache-bookmarks=false`: every 60 s, moved or not, the model of the earlier figures).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -30,9 +35,10 @@ import { startApiserverSource } from "../lib/source/apiserver.ts";
 import type { ProxyHandlers } from "../lib/proxy/handlers.ts";
 import type { RestConfig } from "../lib/k8s/rest_config.ts";
 import { syntheticCluster } from "./synthetic_cluster.ts";
+import { startCountingRelay } from "../tests/support/counting_relay.ts";
 
 type Mode = "watch" | "poll-list" | "poll";
-const MODES: Mode[] = ["watch", "poll-list", "poll"];
+const ALL_MODES: Mode[] = ["watch", "poll-list", "poll"];
 const NODE = "bench-node";
 
 const args = new Map(
@@ -49,6 +55,13 @@ const fleet = num("fleet", 200);
 const fleetServices = num("fleet-services", 100);
 const fleetWindowS = num("fleet-window", 60);
 const only = new Set((args.get("only") ?? "node,fleet").split(","));
+/** The modes to measure (e.g. `--modes=watch --window=900`: watch mode over its own re-watches, 300–600 s). */
+const MODES = (args.get("modes") ?? ALL_MODES.join(",")).split(",") as Mode[];
+for (const m of MODES) if (!ALL_MODES.includes(m)) throw new Error(`--modes: unknown mode ${m}`);
+/** The test apiserver offers HTTP/2 by ALPN, as a real apiserver does (`--http2=false`: HTTP/1.1 only). */
+const offerHttp2 = args.get("http2") !== "false";
+/** Bookmarks timed as a real apiserver's watch cache sends them (TestApiserverOptions.watchCacheBookmarks). */
+const watchCacheBookmarks = args.get("watch-cache-bookmarks") !== "false";
 
 const noop = () => {};
 const handlers: ProxyHandlers = {
@@ -69,7 +82,12 @@ const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A test apiserver holding a synthetic cluster of `n` Services (and their slices, and the node). */
 async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestConfig; dir: string }> {
-  const srv = await startTestApiserver({ bookmarkIntervalMs: 60_000, historyLimit: 100_000 });
+  const srv = await startTestApiserver({
+    bookmarkIntervalMs: 60_000,
+    historyLimit: 100_000,
+    http2: offerHttp2,
+    watchCacheBookmarks,
+  });
   const c = syntheticCluster({ services: n, nodeName: NODE });
   const bare = <T extends { metadata?: Record<string, unknown> }>(o: T): T => {
     const { resourceVersion: _rv, uid: _uid, ...metadata } = o.metadata ?? {};
@@ -84,9 +102,16 @@ async function cluster(n: number): Promise<{ srv: TestApiserver; config: RestCon
   return { srv, config, dir };
 }
 
-/** One node's apiserver client in `mode`; resolves once synced. */
-async function startClient(mode: Mode, config: RestConfig) {
-  const transport = new ApiTransport({ config, qps: -1 });
+/**
+ * One node's apiserver client in `mode`, behind its own counting relay (real bytes on the node's link);
+ * resolves once synced.
+ */
+async function startClient(mode: Mode, config: RestConfig, apiPort: number) {
+  const relay = await startCountingRelay(apiPort);
+  const transport = new ApiTransport({
+    config: { ...config, server: `https://127.0.0.1:${relay.port}` },
+    qps: -1,
+  });
   if (mode !== "poll-list") {
     const src = startApiserverSource({
       connection: transport,
@@ -98,9 +123,11 @@ async function startClient(mode: Mode, config: RestConfig) {
     await src.synced;
     return {
       transport,
+      relay,
       stop: async () => {
         await src.stop();
         transport.close();
+        await relay.close();
       },
     };
   }
@@ -126,26 +153,24 @@ async function startClient(mode: Mode, config: RestConfig) {
   })();
   return {
     transport,
+    relay,
     stop: async () => {
       stop.abort();
       await loop;
       transport.close();
+      await relay.close();
     },
   };
 }
 
-/**
- * Response headers of a real apiserver (status line, Audit-Id, Cache-Control, Content-Type, Date, the two
- * X-Kubernetes-Pf-* UIDs, Transfer-Encoding or Content-Length): about 350 bytes. An estimate, added per
- * request to the measured bodies, because neither runtime's node:https counts socket bytes reliably.
- */
-const HEADER_BYTES = 350;
+/** The test apiserver's port. */
+const portOf = (srv: TestApiserver) => Number(new URL(srv.url).port);
 
-/** Body bytes the apiserver has written so far, the same plus estimated headers, and requests served. */
-function served(srv: TestApiserver): { bytes: number; tcp: number; requests: number } {
+/** Body bytes the apiserver has written so far and requests served. */
+function served(srv: TestApiserver): { bytes: number; requests: number } {
   let bytes = 0;
   for (const r of srv.requests) bytes += r.bytes;
-  return { bytes, tcp: bytes + HEADER_BYTES * srv.requests.length, requests: srv.requests.length };
+  return { bytes, requests: srv.requests.length };
 }
 
 let changes = 0;
@@ -158,28 +183,31 @@ function change(srv: TestApiserver): void {
   srv.update("endpointslices", s);
 }
 
-const mib = (b: number) => (b / 1024 / 1024).toFixed(2);
+const mib = (b: number) => (b / 1024 / 1024).toFixed(3);
 
 async function nodeFigures(): Promise<void> {
   console.log(
     `\n## Bytes per node per hour (window ${windowS} s, 1 change per minute, poll interval ${
       intervalMs / 1000
-    } s)`,
+    } s, server offers ${offerHttp2 ? "h2 and HTTP/1.1" : "HTTP/1.1 only"}, bookmarks ${
+      watchCacheBookmarks ? "as the watch cache sends them" : "every 60 s"
+    })`,
   );
   console.log(
-    "| Services | mode | body MiB/h | × watch | with headers MiB/h (est.) | × watch | client wire MiB/h | " +
-      "decoded MiB/h | requests/h |",
+    "| Services | mode | body MiB/h | × watch | wire MiB/h (relay) | × watch | sent MiB/h (relay) | " +
+      "TCP connections/h | client wire body MiB/h | decoded MiB/h | requests/h |",
   );
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   for (const n of sizes) {
     const { srv, config, dir } = await cluster(n);
     let watchBytes = 0;
-    let watchTcp = 0;
+    let watchWire = 0;
     try {
       for (const mode of MODES) {
-        const c = await startClient(mode, config);
+        const c = await startClient(mode, config, portOf(srv));
         await pause(2000); // settle: the first sync's watches are open
         const s0 = served(srv);
+        const r0 = c.relay.counts();
         const w0 = c.transport.bytesReceived;
         // One change per minute of window (at least one), each in the middle of its minute.
         const changes = Math.max(1, Math.round(windowS / 60));
@@ -190,16 +218,20 @@ async function nodeFigures(): Promise<void> {
           await pause(stepMs / 2);
         }
         const s1 = served(srv);
+        const r1 = c.relay.counts();
         const w1 = c.transport.bytesReceived;
         await c.stop();
         const scale = 3600 / windowS;
         const bytes = (s1.bytes - s0.bytes) * scale;
-        const tcp = (s1.tcp - s0.tcp) * scale;
-        if (mode === "watch") [watchBytes, watchTcp] = [bytes, tcp];
+        const wire = (r1.toClient - r0.toClient) * scale;
+        const sent = (r1.toServer - r0.toServer) * scale;
+        if (mode === "watch") [watchBytes, watchWire] = [bytes, wire];
         console.log(
-          `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(tcp)} | ${
-            (tcp / watchTcp).toFixed(2)
-          } | ${mib((w1.wire - w0.wire) * scale)} | ${mib((w1.decoded - w0.decoded) * scale)} | ${
+          `| ${n} | ${mode} | ${mib(bytes)} | ${(bytes / watchBytes).toFixed(2)} | ${mib(wire)} | ${
+            (wire / watchWire).toFixed(2)
+          } | ${mib(sent)} | ${Math.round((r1.connections - r0.connections) * scale)} | ${
+            mib((w1.wire - w0.wire) * scale)
+          } | ${mib((w1.decoded - w0.decoded) * scale)} | ${
             Math.round((s1.requests - s0.requests) * scale)
           } |`,
         );
@@ -216,33 +248,36 @@ async function fleetFigures(): Promise<void> {
     `\n## Fleet: ${fleet} nodes in one process, ${fleetServices} Services, window ${fleetWindowS} s, ` +
       `1 change per minute`,
   );
-  console.log("| mode | requests/s served | body KiB/s served | with headers KiB/s (est.) | open watches |");
-  console.log("| ---- | ----------------- | ----------------- | ------------------------- | ------------ |");
+  console.log("| mode | requests/s served | body KiB/s served | wire KiB/s sent (relays) | open watches |");
+  console.log("| ---- | ----------------- | ----------------- | ------------------------ | ------------ |");
   const { srv, config, dir } = await cluster(fleetServices);
   try {
     for (const mode of MODES) {
-      const clients = [];
+      const clients: Awaited<ReturnType<typeof startClient>>[] = [];
       for (let i = 0; i < fleet; i += 20) {
         clients.push(
           ...await Promise.all(
-            Array.from({ length: Math.min(20, fleet - i) }, () => startClient(mode, config)),
+            Array.from({ length: Math.min(20, fleet - i) }, () => startClient(mode, config, portOf(srv))),
           ),
         );
       }
       await pause(2000);
       const s0 = served(srv);
+      const wire = () => clients.reduce((n, c) => n + c.relay.counts().toClient, 0);
+      const r0 = wire();
       const t0 = Date.now();
       await pause(fleetWindowS * 500);
       change(srv);
       await pause(fleetWindowS * 500);
       const s1 = served(srv);
+      const r1 = wire();
       const secs = (Date.now() - t0) / 1000;
       const watches = srv.activeWatches();
       await Promise.all(clients.map((c) => c.stop()));
       console.log(
         `| ${mode} | ${((s1.requests - s0.requests) / secs).toFixed(1)} | ${
           ((s1.bytes - s0.bytes) / secs / 1024).toFixed(1)
-        } | ${((s1.tcp - s0.tcp) / secs / 1024).toFixed(1)} | ${watches} |`,
+        } | ${((r1 - r0) / secs / 1024).toFixed(1)} | ${watches} |`,
       );
     }
   } finally {

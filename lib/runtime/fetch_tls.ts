@@ -6,37 +6,16 @@
  * - anything else (and Deno with insecure-skip-tls-verify, which Deno's HttpClient cannot express):
  *   a small fetch built on `node:https`, which honours the same options everywhere.
  * Chosen because each runtime's own TLS options were measured to work, and node:https covers the rest.
+ * With a custom TLS configuration (always the case for an apiserver), HTTP/2 over node:http2
+ * (lib/runtime/fetch_h2.ts) serves every request when the server offers it by ALPN, as client-go does; the
+ * fetch above is the fallback for servers that speak only HTTP/1.1.
  */
 import * as http from "node:http";
 import * as https from "node:https";
+import { createH2Fetch } from "./fetch_h2.ts";
 
-/** The fetch signature the Kubernetes transport calls. */
-export type FetchFn = (input: string | URL, init?: RequestInit) => Promise<Response>;
-
-/** A fetch bound to one TLS configuration; `close()` releases runtime resources (Deno's HttpClient). */
-export type TlsFetch = FetchFn & {
-  /** Releases the underlying client. Requests in flight may fail afterwards. */
-  close(): void;
-  /** Which implementation serves requests: "deno", "bun", "node-https" or "global" (plain fetch). */
-  readonly implementation: "deno" | "bun" | "node-https" | "global";
-  /**
-   * Whether response bodies arrive already decoded when the server compressed them (Deno's fetch always
-   * decodes; Bun's is told not to, and node:https never does), so the caller decodes exactly once.
-   */
-  readonly decodesContent: boolean;
-};
-
-/** TLS settings for one apiserver connection (PEM strings, already read from files). */
-export interface TlsFetchOptions {
-  /** Cluster CA bundle; replaces nothing, adds to the runtime's roots (as kubectl does with a CA file). */
-  caPem?: string;
-  /** Client certificate chain presented to the server (mTLS). */
-  certPem?: string;
-  /** Private key for `certPem`. */
-  keyPem?: string;
-  /** Do not verify the server certificate (kubeconfig insecure-skip-tls-verify). */
-  insecureSkipVerify?: boolean;
-}
+export type { FetchFn, TlsFetch, TlsFetchOptions } from "./fetch_types.ts";
+import type { FetchFn, TlsFetch, TlsFetchOptions } from "./fetch_types.ts";
 
 // deno-lint-ignore no-explicit-any
 const g = globalThis as any;
@@ -54,6 +33,25 @@ export const runtimeName: "deno" | "bun" | "node" = typeof g.Deno !== "undefined
  * the global fetch. Throws when only one of cert and key is given.
  */
 export function createTlsFetch(opts: TlsFetchOptions = {}): TlsFetch {
+  const h1 = createHttp1Fetch(opts);
+  if (h1.implementation === "global") return h1;
+  const h2 = createH2Fetch(opts, h1);
+  return Object.defineProperties(h2.fetch, {
+    close: {
+      value: () => {
+        h2.close();
+        h1.close();
+      },
+    },
+    implementation: { value: h1.implementation },
+    protocol: { get: () => h2.protocol },
+    // node:http2 hands bodies over as sent; the HTTP/1.1 fetch may decode (Deno's).
+    decodesContent: { get: () => h2.protocol === "h2" ? false : h1.decodesContent },
+  }) as TlsFetch;
+}
+
+/** The HTTP/1.1 fetch of this runtime for `opts` (see the module comment). */
+function createHttp1Fetch(opts: TlsFetchOptions): TlsFetch {
   if (Boolean(opts.certPem) !== Boolean(opts.keyPem)) {
     throw new Error("TLS client configuration: a client certificate needs its key and a key its certificate");
   }

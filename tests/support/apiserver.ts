@@ -17,11 +17,13 @@
  * signed by the test CA is accepted there (Deno checks CN=system:kube-proxy).
  */
 import https from "node:https";
+import http2 from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { rm, writeFile } from "node:fs/promises";
 import { gzipSync } from "node:zlib";
+import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify as toYaml } from "yaml";
@@ -68,6 +70,18 @@ export interface TestApiserverOptions {
    */
   expiredWatchAs?: "status" | "event";
   /**
+   * Offer HTTP/2 by ALPN (as a real apiserver does), HTTP/1.1 still accepted (`allowHTTP1`). Default off:
+   * HTTP/1.1 only. Fault injection works in both; under HTTP/2 a dropped watch is a reset stream.
+   */
+  http2?: boolean;
+  /**
+   * Send bookmarks as a real apiserver's watch cache does (cacheWatcher.nextBookmarkTime): every
+   * `bookmarkIntervalMs` and once 2 s before the end of a watch with timeoutSeconds, and only when the
+   * resourceVersion has moved past what the watcher was last sent. Default off: a bookmark every
+   * `bookmarkIntervalMs`, moved or not (tests that wait for one).
+   */
+  watchCacheBookmarks?: boolean;
+  /**
    * How ServiceCIDRs (networking.k8s.io/v1) are served: "served" (default), "notFound" (an apiserver without
    * the API: 404, and the group is not discovered) or "forbidden" (RBAC without list/watch servicecidrs: 403).
    */
@@ -90,6 +104,8 @@ export interface RecordedRequest {
   bytes: number;
   /** The body was sent gzip-compressed. */
   gzip: boolean;
+  /** HTTP version of the request: "1.1" or "2.0". */
+  httpVersion: string;
 }
 
 /** Options of writeKubeconfig. */
@@ -453,6 +469,13 @@ class TestApiserverImpl implements TestApiserver {
   /** Cut timers of the connection-lifetime middlebox, per socket. */
   #cuts = new Map<Socket, ReturnType<typeof setTimeout>>();
 
+  /** API Priority and Fairness flow schema and priority level UIDs, sent with every response. */
+  readonly #pfUids = [randomUUID(), randomUUID()];
+  /** Offer HTTP/2 (TestApiserverOptions.http2). */
+  readonly #http2: boolean;
+  /** TestApiserverOptions.watchCacheBookmarks. */
+  readonly #watchCacheBookmarks: boolean;
+
   constructor(readonly certs: TestCerts, opts: TestApiserverOptions, token: string) {
     this.token = token;
     this.tokenFile = join(certs.dir, "token");
@@ -463,6 +486,8 @@ class TestApiserverImpl implements TestApiserver {
     this.#serviceCIDRs = opts.serviceCIDRs ?? "served";
     this.#watchCache = opts.watchCache ?? true;
     this.#ownsCertDir = opts.tlsDir === undefined;
+    this.#http2 = opts.http2 ?? false;
+    this.#watchCacheBookmarks = opts.watchCacheBookmarks ?? false;
     const f = this.#f;
     this.faults = {
       dropWatches: () => {
@@ -629,20 +654,26 @@ class TestApiserverImpl implements TestApiserver {
   /** Starts listening (initially, and for faults.up()). */
   async #listen(): Promise<void> {
     if (this.#server) return;
-    const server = https.createServer({
+    const tlsOpts = {
       key: this.certs.serverKeyPem,
       cert: this.certs.serverCertPem,
       ca: this.certs.caPem,
       requestCert: true,
       rejectUnauthorized: false,
-    }, (req, res) => {
+    };
+    const handler = (req: IncomingMessage, res: ServerResponse) => {
       this.#handle(req, res).catch((err) => {
         try {
           if (!res.headersSent) this.#sendStatus(req, res, undefined, 500, `Internal error occurred: ${err}`);
           else res.destroy();
         } catch { /* the connection is already gone */ }
       });
-    });
+    };
+    // The HTTP/2 compatibility API's request and response stand in for node:http's (same members used here).
+    const server =
+      (this.#http2
+        ? http2.createSecureServer({ ...tlsOpts, allowHTTP1: true }, handler as never)
+        : https.createServer(tlsOpts, handler)) as https.Server;
     server.on("secureConnection", (s: Socket) => this.#track(s));
     server.on("connection", (s: Socket) => this.#track(s));
     await new Promise<void>((resolve, reject) => {
@@ -692,14 +723,21 @@ class TestApiserverImpl implements TestApiserver {
     const callback = (args: unknown[]) =>
       args.find((a) => typeof a === "function") as (() => void) | undefined;
     if (!this.#f.buffer) {
+      // HTTP/2's compatibility response implements end(data) with write(data): count that once.
+      let ending = false;
       r.write = (c: unknown, ...rest: unknown[]) => {
-        rec.bytes += size(c);
+        if (!ending) rec.bytes += size(c);
         return write(c, callback(rest));
       };
       r.end = (c?: unknown, ...rest: unknown[]) => {
         if (typeof c === "function") return end(c);
         rec.bytes += size(c);
-        return end(c, callback(rest));
+        ending = true;
+        try {
+          return end(c, callback(rest));
+        } finally {
+          ending = false;
+        }
       };
       return;
     }
@@ -714,7 +752,9 @@ class TestApiserverImpl implements TestApiserver {
       return res;
     };
     r.flushHeaders = () => {};
+    let releasing = false;
     r.write = (c: unknown, ...rest: unknown[]) => {
+      if (releasing) return write(c, callback(rest)); // HTTP/2's end(data) writes through write()
       hold(c);
       const cb = callback(rest);
       if (cb) queueMicrotask(cb);
@@ -728,7 +768,12 @@ class TestApiserverImpl implements TestApiserver {
       );
       rec.bytes += body.length;
       writeHead(head.code, { ...headers, "Content-Length": String(body.length) });
-      return end(body, callback(typeof c === "function" ? [c] : rest));
+      releasing = true;
+      try {
+        return end(body, callback(typeof c === "function" ? [c] : rest));
+      } finally {
+        releasing = false;
+      }
     };
   }
 
@@ -755,6 +800,7 @@ class TestApiserverImpl implements TestApiserver {
       watch,
       bytes: 0,
       gzip: false,
+      httpVersion: req.httpVersion,
     };
     this.requests.push(r);
     return r;
@@ -818,6 +864,10 @@ class TestApiserverImpl implements TestApiserver {
     const looksWatch = watchRaw !== null && ["1", "t", "T", "TRUE", "true", "True"].includes(watchRaw);
     const rec = this.#record(req, looksWatch);
     this.#instrument(res, rec);
+    // The headers a real apiserver adds to every response (byte counts on the link depend on them).
+    res.setHeader("Audit-Id", randomUUID());
+    res.setHeader("X-Kubernetes-Pf-Flowschema-Uid", this.#pfUids[0]);
+    res.setHeader("X-Kubernetes-Pf-Prioritylevel-Uid", this.#pfUids[1]);
     const f = this.#f;
     if (f.slowMs > 0) await new Promise((r) => setTimeout(r, f.slowMs));
     if (res.destroyed || req.socket.destroyed) return;
@@ -1215,7 +1265,7 @@ class TestApiserverImpl implements TestApiserver {
     res.writeHead(200, {
       "Content-Type": "application/json",
       "Cache-Control": "no-cache, private",
-      "Transfer-Encoding": "chunked",
+      ...chunked(req),
     });
     res.flushHeaders?.();
     const w: Watcher = {
@@ -1243,11 +1293,16 @@ class TestApiserverImpl implements TestApiserver {
     } else {
       for (const e of backlog) this.#deliver(w, e);
     }
-    if (o.allowBookmarks && this.#bookmarkMs > 0) {
-      const t = setInterval(() => {
-        this.#writeEvent(w, { type: "BOOKMARK", object: this.#bookmarkObject(kind) });
-      }, this.#bookmarkMs);
-      w.timers.push(t);
+    const bookmark = () => {
+      // The watch cache sends only events newer than what the watcher has seen, bookmarks included.
+      if (this.#watchCacheBookmarks && this.#store.rv <= w.lastRv) return;
+      this.#writeEvent(w, { type: "BOOKMARK", object: this.#bookmarkObject(kind) });
+    };
+    if (o.allowBookmarks && this.#bookmarkMs > 0) w.timers.push(setInterval(bookmark, this.#bookmarkMs));
+    // ... and one 2 s before the deadline, so the next watch resumes from as recent a version as possible.
+    const timeoutS = o.timeoutSeconds ?? 0;
+    if (o.allowBookmarks && this.#watchCacheBookmarks && timeoutS > 2) {
+      w.timers.push(setTimeout(bookmark, (timeoutS - 2) * 1000));
     }
     if (o.timeoutSeconds !== undefined && o.timeoutSeconds > 0) {
       w.timers.push(setTimeout(() => this.#finishWatch(w, "end"), o.timeoutSeconds * 1000));
@@ -1260,7 +1315,7 @@ class TestApiserverImpl implements TestApiserver {
     res.writeHead(200, {
       "Content-Type": "application/json",
       "Cache-Control": "no-cache, private",
-      "Transfer-Encoding": "chunked",
+      ...chunked(res.req),
     });
     this.#endless.add(res);
     const chunk = new TextEncoder().encode("x".repeat(64 * 1024));
@@ -1329,10 +1384,21 @@ class TestApiserverImpl implements TestApiserver {
     w.timers = [];
     if (how === "end") w.res.end();
     else if (how === "destroy") {
-      w.res.destroy();
-      w.req.socket.destroy();
+      const h2stream = (w.req as unknown as { stream?: http2.ServerHttp2Stream }).stream;
+      // Under HTTP/2 the connection carries other streams: reset this one, as a lost response would end.
+      // (destroy with an error sends RST_STREAM INTERNAL_ERROR in Bun and Deno; close(code) does not in Bun)
+      if (h2stream) h2stream.destroy(new Error("watch dropped"));
+      else {
+        w.res.destroy();
+        w.req.socket.destroy();
+      }
     }
   }
+}
+
+/** HTTP/1.1 streams name their chunked framing; HTTP/2 forbids the header (frames delimit the body). */
+function chunked(req: IncomingMessage): Record<string, string> {
+  return req.httpVersionMajor >= 2 ? {} : { "Transfer-Encoding": "chunked" };
 }
 
 function concat(chunks: Uint8Array[]): Uint8Array {

@@ -392,7 +392,8 @@ export async function createE2eCluster(opts: E2eClusterOptions = {}): Promise<E2
     ]);
 
     // Apiserver, Node object, kubeconfig and the bridge into the node namespace.
-    apiserver = await startTestApiserver(opts.apiserver ?? {});
+    // HTTP/2, as a real apiserver offers it (the agent speaks h2 when offered, like client-go).
+    apiserver = await startTestApiserver({ http2: true, ...opts.apiserver });
     if (opts.createNode ?? true) {
       const n = e2eNode(nodeName, { podCIDR: A.podCIDR, internalIP: A.nodeIP });
       if (opts.ipv6) {
