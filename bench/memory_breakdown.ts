@@ -20,7 +20,12 @@ import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables
 import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
 import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
-import { loadSplitter } from "./render_bench.ts";
+import {
+  payloadChunksOf,
+  type RestorePlan,
+  splitRestorePayload,
+} from "../lib/proxy/iptables/restore_plan.ts";
+import { readFileSync } from "node:fs";
 import { round } from "./stats.ts";
 
 /** Forces a full GC where the runtime allows it (Bun.gc, or V8's gc with --expose-gc). */
@@ -74,21 +79,50 @@ received = null;
 step("API objects as the store holds them (reduce.ts; the received copies dropped)");
 const model = buildClusterModel(cluster);
 step("model (trackers, slice cache, ServicePortMap, EndpointsMap)");
+// The agent's path (backend.ts, host.ts): the render's chunks (never joined), the restore plan, the plan
+// streamed chunk by chunk to iptables-restore (here: drained), then the owned-rules index.
 const full = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
-step(`full render result (payload ${round(full.payload.length / 2 ** 20)} MiB as a string, state, chains)`);
-const splitter = await loadSplitter();
-let split: unknown = null;
-if (splitter.split) {
-  split = splitter.split(full.payload);
-  step("split plan payload (restore_plan.ts)");
-}
+step(
+  `full render result (payload ${
+    round(chunkBytes(full.payloadChunks) / 2 ** 20)
+  } MiB in chunks, state, chains)`,
+);
+const planned = planForBreakdown(full.payloadChunks);
+step("restore plan (restore_plan.ts, what restorePlanned holds while iptables-restore reads)");
+const streamed = drain(payloadChunksOf(planned));
+const hwmBefore = vmHwm();
+step(`plan streamed (${round(streamed / 2 ** 20)} MiB written in chunks; garbage collected)`);
 const owned: OwnedRules = new Map();
-applyPayloadToOwnedRules(owned, full.payload);
+applyPayloadToOwnedRules(owned, full.payloadChunks);
 step("owned-rules index (drift check)");
 
 process.stdout.write(`memory at ${n} Services (heap deltas after GC; RSS of this process)\n`);
 for (const [name, heap, rss] of rows) {
   process.stdout.write(`  ${name.padEnd(90)} heap +${String(heap).padStart(7)} MiB   rss ${rss} MiB\n`);
 }
+process.stdout.write(`  VmHWM of this process after streaming the plan: ${hwmBefore} MiB\n`);
 // Keep everything alive until the end of the measurement.
-if (split === undefined || owned.size < 0 || model.services.size < 0) process.exit(1);
+if (planned.transactions.length < 0 || owned.size < 0 || model.services.size < 0) process.exit(1);
+
+/** The plan restorePlanned builds for an nf_tables runner. */
+function planForBreakdown(chunks: readonly string[]): RestorePlan {
+  return splitRestorePayload(chunks, { backend: "nf_tables" });
+}
+
+/** Characters of a chunked payload. */
+function chunkBytes(chunks: Iterable<string>): number {
+  let n = 0;
+  for (const c of chunks) n += c.length;
+  return n;
+}
+
+/** Reads every chunk once, as the stdin writer does, keeping none. */
+function drain(chunks: Iterable<string>): number {
+  return chunkBytes(chunks);
+}
+
+/** Peak resident MiB of this process so far (Linux). */
+function vmHwm(): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"));
+  return m ? round(Number(m[1]) / 1024) : NaN;
+}
