@@ -4,11 +4,16 @@
  * model (change trackers, EndpointSliceCache, ServicePortMap, EndpointsMap), the full payload, its
  * make-before-break split, and the owned-rules index the drift check keeps.
  *
- *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields]
+ *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields] [--reparse]
  *
  * `--apiserver-fields`: objects as a real apiserver sends them (managedFields, last-applied annotation,
  * owner references, targetRef; synthetic_cluster.ts withApiserverFields). Either way the objects go
  * through reduceObject, as ResourceSink.check does, and the step shows what the store then holds.
+ *
+ * The render, plan and owned-rules steps follow the agent (backend.ts, host.ts): the payload stays in
+ * chunks, the plan is built from the render's sections (`--reparse`: by re-reading the payload, as
+ * restorePlanned does without sections), streamed (here: drained) chunk by chunk; the VmHWM line is the
+ * process's peak after streaming.
  *
  * Run it under Bun (the agent's runtime); under Deno add --v8-flags=--expose-gc. A diagnostic for
  * README.md, not part of results.json.
@@ -20,11 +25,7 @@ import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables
 import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
 import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
-import {
-  payloadChunksOf,
-  type RestorePlan,
-  splitRestorePayload,
-} from "../lib/proxy/iptables/restore_plan.ts";
+import { payloadChunksOf, planSections, splitRestorePayload } from "../lib/proxy/iptables/restore_plan.ts";
 import { readFileSync } from "node:fs";
 import { round } from "./stats.ts";
 
@@ -47,6 +48,7 @@ const { values } = parseArgs({
   options: {
     services: { type: "string", default: "10000" },
     "apiserver-fields": { type: "boolean", default: false },
+    reparse: { type: "boolean", default: false },
   },
 });
 const n = Number(values.services);
@@ -79,16 +81,16 @@ received = null;
 step("API objects as the store holds them (reduce.ts; the received copies dropped)");
 const model = buildClusterModel(cluster);
 step("model (trackers, slice cache, ServicePortMap, EndpointsMap)");
-// The agent's path (backend.ts, host.ts): the render's chunks (never joined), the restore plan, the plan
-// streamed chunk by chunk to iptables-restore (here: drained), then the owned-rules index.
 const full = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
 step(
   `full render result (payload ${
     round(chunkBytes(full.payloadChunks) / 2 ** 20)
   } MiB in chunks, state, chains)`,
 );
-const planned = planForBreakdown(full.payloadChunks);
-step("restore plan (restore_plan.ts, what restorePlanned holds while iptables-restore reads)");
+const planned = values.reparse
+  ? splitRestorePayload(full.payloadChunks, { backend: "nf_tables" })
+  : planSections(full.sections!, full.payloadChunks, { backend: "nf_tables" });
+step(`restore plan (${values.reparse ? "re-parsing the payload" : "from the render's sections"})`);
 const streamed = drain(payloadChunksOf(planned));
 const hwmBefore = vmHwm();
 step(`plan streamed (${round(streamed / 2 ** 20)} MiB written in chunks; garbage collected)`);
@@ -103,11 +105,6 @@ for (const [name, heap, rss] of rows) {
 process.stdout.write(`  VmHWM of this process after streaming the plan: ${hwmBefore} MiB\n`);
 // Keep everything alive until the end of the measurement.
 if (planned.transactions.length < 0 || owned.size < 0 || model.services.size < 0) process.exit(1);
-
-/** The plan restorePlanned builds for an nf_tables runner. */
-function planForBreakdown(chunks: readonly string[]): RestorePlan {
-  return splitRestorePayload(chunks, { backend: "nf_tables" });
-}
 
 /** Characters of a chunked payload. */
 function chunkBytes(chunks: Iterable<string>): number {
