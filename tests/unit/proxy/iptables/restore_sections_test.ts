@@ -174,6 +174,24 @@ describe("planSections", () => {
     }
   });
 
+  it("upstream's partial sync (no previous state): only the changed Services' chains, the rest left in place", () => {
+    const input: RenderInput = {
+      ...fakeProxierDefaults(),
+      ...cluster(60, 1),
+      full: false,
+      changedServices: new Set(["ns1/svc1", "ns2/svc2", "ns3/svc8"]),
+      existingNatChains: new Set(kernel1.get("nat")!.keys()),
+    };
+    // Service 2 gets new endpoints: its old SEP chains become stale.
+    const changed = cluster(60, 3);
+    input.endpoints.set("ns2/svc2:p80/TCP", changed.endpoints.get("ns2/svc2:p80/TCP")!);
+    const r = renderIptablesRules(input);
+    assert.equal(r.mode, "partial");
+    assert.ok(r.sections!.segments.length > 0 && r.staleChains.length > 0);
+    const plan = planSections(r.sections!, r.payloadChunks, { maxChainsPerTransaction: 5 });
+    assertPlanValid(plan, kernel1, applySingle(r.payload, kernel1));
+  });
+
   it("orders and bounds like splitRestorePayload of the joined text (same steps, same chains per step)", () => {
     const opts = { maxChainsPerTransaction: 1000 };
     const a = planSections(second.sections!, second.payloadChunks, opts);
