@@ -175,16 +175,17 @@ describe("planSections", () => {
   });
 
   it("upstream's partial sync (no previous state): only the changed Services' chains, the rest left in place", () => {
+    // Service 2 gets new endpoints: its old SEP chains become stale.
+    const { services, endpoints } = cluster(60, 1);
+    endpoints.set("ns2/svc2:p80/TCP", cluster(60, 3).endpoints.get("ns2/svc2:p80/TCP")!);
     const input: RenderInput = {
       ...fakeProxierDefaults(),
-      ...cluster(60, 1),
+      services,
+      endpoints,
       full: false,
       changedServices: new Set(["ns1/svc1", "ns2/svc2", "ns3/svc8"]),
       existingNatChains: new Set(kernel1.get("nat")!.keys()),
     };
-    // Service 2 gets new endpoints: its old SEP chains become stale.
-    const changed = cluster(60, 3);
-    input.endpoints.set("ns2/svc2:p80/TCP", changed.endpoints.get("ns2/svc2:p80/TCP")!);
     const r = renderIptablesRules(input);
     assert.equal(r.mode, "partial");
     assert.ok(r.sections!.segments.length > 0 && r.staleChains.length > 0);
