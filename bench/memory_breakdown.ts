@@ -4,11 +4,16 @@
  * model (change trackers, EndpointSliceCache, ServicePortMap, EndpointsMap), the full payload, its
  * make-before-break split, and the owned-rules index the drift check keeps.
  *
- *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields]
+ *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields] [--reparse]
  *
  * `--apiserver-fields`: objects as a real apiserver sends them (managedFields, last-applied annotation,
  * owner references, targetRef; synthetic_cluster.ts withApiserverFields). Either way the objects go
  * through reduceObject, as ResourceSink.check does, and the step shows what the store then holds.
+ *
+ * The render, plan and owned-rules steps follow the agent (backend.ts, host.ts): the payload stays in
+ * chunks, the plan is built from the render's sections (`--reparse`: by re-reading the payload, as
+ * restorePlanned does without sections), streamed (here: drained) chunk by chunk; the VmHWM line is the
+ * process's peak after streaming.
  *
  * Run it under Bun (the agent's runtime); under Deno add --v8-flags=--expose-gc. A diagnostic for
  * README.md, not part of results.json.
@@ -20,7 +25,8 @@ import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables
 import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
 import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
-import { loadSplitter } from "./render_bench.ts";
+import { payloadChunksOf, planSections, splitRestorePayload } from "../lib/proxy/iptables/restore_plan.ts";
+import { readFileSync } from "node:fs";
 import { round } from "./stats.ts";
 
 /** Forces a full GC where the runtime allows it (Bun.gc, or V8's gc with --expose-gc). */
@@ -42,6 +48,7 @@ const { values } = parseArgs({
   options: {
     services: { type: "string", default: "10000" },
     "apiserver-fields": { type: "boolean", default: false },
+    reparse: { type: "boolean", default: false },
   },
 });
 const n = Number(values.services);
@@ -75,20 +82,44 @@ step("API objects as the store holds them (reduce.ts; the received copies droppe
 const model = buildClusterModel(cluster);
 step("model (trackers, slice cache, ServicePortMap, EndpointsMap)");
 const full = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
-step(`full render result (payload ${round(full.payload.length / 2 ** 20)} MiB as a string, state, chains)`);
-const splitter = await loadSplitter();
-let split: unknown = null;
-if (splitter.split) {
-  split = splitter.split(full.payload);
-  step("split plan payload (restore_plan.ts)");
-}
+step(
+  `full render result (payload ${
+    round(chunkBytes(full.payloadChunks) / 2 ** 20)
+  } MiB in chunks, state, chains)`,
+);
+const planned = values.reparse
+  ? splitRestorePayload(full.payloadChunks, { backend: "nf_tables" })
+  : planSections(full.sections!, full.payloadChunks, { backend: "nf_tables" });
+step(`restore plan (${values.reparse ? "re-parsing the payload" : "from the render's sections"})`);
+const streamed = drain(payloadChunksOf(planned));
+const hwmBefore = vmHwm();
+step(`plan streamed (${round(streamed / 2 ** 20)} MiB written in chunks; garbage collected)`);
 const owned: OwnedRules = new Map();
-applyPayloadToOwnedRules(owned, full.payload);
+applyPayloadToOwnedRules(owned, full.payloadChunks);
 step("owned-rules index (drift check)");
 
 process.stdout.write(`memory at ${n} Services (heap deltas after GC; RSS of this process)\n`);
 for (const [name, heap, rss] of rows) {
   process.stdout.write(`  ${name.padEnd(90)} heap +${String(heap).padStart(7)} MiB   rss ${rss} MiB\n`);
 }
+process.stdout.write(`  VmHWM of this process after streaming the plan: ${hwmBefore} MiB\n`);
 // Keep everything alive until the end of the measurement.
-if (split === undefined || owned.size < 0 || model.services.size < 0) process.exit(1);
+if (planned.transactions.length < 0 || owned.size < 0 || model.services.size < 0) process.exit(1);
+
+/** Characters of a chunked payload. */
+function chunkBytes(chunks: Iterable<string>): number {
+  let n = 0;
+  for (const c of chunks) n += c.length;
+  return n;
+}
+
+/** Reads every chunk once, as the stdin writer does, keeping none. */
+function drain(chunks: Iterable<string>): number {
+  return chunkBytes(chunks);
+}
+
+/** Peak resident MiB of this process so far (Linux). */
+function vmHwm(): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"));
+  return m ? round(Number(m[1]) / 1024) : NaN;
+}

@@ -12,14 +12,16 @@ import type { LocalDetection } from "../local_detect.ts";
 import { type RenderFeatures, renderIptablesRules, type RenderState } from "./render/render.ts";
 import { iptablesLocalDetector, type LocalTrafficDetector } from "./local_detector.ts";
 import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
+import type { SectionedPayload } from "./restore_content.ts";
 
 /** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
 export interface IptablesHost {
   /**
    * iptables-restore --noflush --counters of the payload, given as chunks that each end with "\n" (no line
-   * spans two chunks; a single string is one chunk); throws with the failing line on error.
+   * spans two chunks; a single string is one chunk); throws with the failing line on error. `sections`
+   * (RenderResult.sections) is the same payload split for the restore planner; a host may ignore it.
    */
-  restore(payload: string | readonly string[]): Promise<void>;
+  restore(payload: string | readonly string[], sections?: SectionedPayload | null): Promise<void>;
   /** Chains now in the nat table, or null when they cannot be read (dry-run). */
   natChains(): Promise<Set<string> | null>;
   /**
@@ -98,7 +100,7 @@ export class IptablesBackend implements Provider {
         // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
       }, this.#renderState);
       for (const w of result.warnings) o.log.warn(w);
-      await o.host.restore(result.payloadChunks);
+      await o.host.restore(result.payloadChunks, result.sections);
       // Jump rules after the restore (make-before-break): the built-in chains then jump into fully
       // populated chains, and the first rules are programmed without waiting for the base-rule reads.
       if (full) await o.host.ensureBaseRules();

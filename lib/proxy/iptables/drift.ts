@@ -20,16 +20,23 @@ import { isServiceChainName } from "./chain_names.ts";
 import { DEFAULT_ENSURED_JUMP_RULES } from "./jump_rules.ts";
 import type { JumpRule } from "./jump_rules_table.ts";
 import { ruleTarget } from "./restore_content.ts";
-import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
+import { applyPayloadToOwnedRules, type OwnedRules, ownedRulesVersion } from "./owned_rules.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
 import { parseIptablesSave, type SavedTables } from "./save_parse.ts";
+
+/** Chain → rule count, read-only (a Map, or a view of one). */
+export interface ChainCounts extends Iterable<[string, number]> {
+  readonly size: number;
+  get(chain: string): number | undefined;
+  keys(): Iterable<string>;
+}
 
 /** What must be in the kernel after the last successful sync. */
 export interface DriftExpectation {
   /** table → chain → rule count for chains checked every time (everything not per-service). */
   readonly fixedChains: ReadonlyMap<string, ReadonlyMap<string, number>>;
   /** nat per-service chain (SVC/SVL/EXT/FW/SEP) → rule count. */
-  readonly serviceChains: ReadonlyMap<string, number>;
+  readonly serviceChains: ChainCounts;
   /** Jump rules that must be present in built-in chains. */
   readonly jumpRules: readonly JumpRule[];
 }
@@ -59,23 +66,64 @@ export interface DriftCheckOptions {
 const DEFAULT_SAMPLE = 16;
 const DEFAULT_MAX_REASONS = 10;
 
-/** Splits what we believe we own (chain → rule count per table) into a check's expectation. */
+/**
+ * Splits what we believe we own (chain → rule count per table) into a check's expectation. The per-service
+ * chains are read in place, not copied: at 10k Services they are ~80k entries, copied on every check
+ * (every syncPeriod) before.
+ */
 export function expectationFromOwned(
   owned: OwnedRules,
   jumpRules: readonly JumpRule[] = DEFAULT_ENSURED_JUMP_RULES,
 ): DriftExpectation {
   const fixedChains = new Map<string, Map<string, number>>();
-  const serviceChains = new Map<string, number>();
   for (const [table, chains] of owned) {
     const fixed = new Map<string, number>();
     for (const [chain, n] of chains) {
-      if (table === "nat" && isServiceChainName(chain)) serviceChains.set(chain, n);
-      else fixed.set(chain, n);
+      if (table !== "nat" || !isServiceChainName(chain)) fixed.set(chain, n);
     }
     fixedChains.set(table, fixed);
   }
-  return { fixedChains, serviceChains, jumpRules };
+  return { fixedChains, serviceChains: new OwnedServiceChains(owned), jumpRules };
 }
+
+/** The nat per-service chains of an OwnedRules, as a read-only view that follows it. */
+class OwnedServiceChains implements ChainCounts {
+  constructor(private readonly owned: OwnedRules) {}
+
+  get #nat(): ReadonlyMap<string, number> {
+    return this.owned.get("nat") ?? new Map();
+  }
+
+  get size(): number {
+    let n = 0;
+    for (const chain of this.#nat.keys()) if (isServiceChainName(chain)) n++;
+    return n;
+  }
+
+  get(chain: string): number | undefined {
+    return isServiceChainName(chain) ? this.#nat.get(chain) : undefined;
+  }
+
+  *keys(): Generator<string> {
+    for (const chain of this.#nat.keys()) if (isServiceChainName(chain)) yield chain;
+  }
+
+  *[Symbol.iterator](): Generator<[string, number]> {
+    for (const e of this.#nat) if (isServiceChainName(e[0])) yield e;
+  }
+
+  /** The chain names, sorted; cached until a payload is applied to the OwnedRules again. */
+  sortedNames(): readonly string[] {
+    const version = ownedRulesVersion(this.owned);
+    const cached = sortedNameCache.get(this.owned);
+    if (cached !== undefined && cached.version === version) return cached.names;
+    const names = [...this.keys()].sort();
+    sortedNameCache.set(this.owned, { version, names });
+    return names;
+  }
+}
+
+const sortedNameCache = new WeakMap<OwnedRules, { version: number; names: readonly string[] }>();
 
 /**
  * One check against the kernel, by backend unless `opts.mode` says otherwise: legacy lists whole tables
@@ -93,7 +141,9 @@ export async function checkDrift(
   if (mode === "full" || (mode === "auto" && runner.version.backend === "legacy")) {
     return { report: await checkDriftFull(runner, exp, opts.maxReasons), cursor };
   }
-  const names = [...exp.serviceChains.keys()].sort();
+  const names = exp.serviceChains instanceof OwnedServiceChains
+    ? exp.serviceChains.sortedNames()
+    : [...exp.serviceChains.keys()].sort();
   const size = Math.min(names.length, Math.max(0, opts.sampleSize ?? DEFAULT_SAMPLE));
   const sample: string[] = [];
   for (let i = 0; i < size; i++) sample.push(names[(cursor + i) % names.length]);

@@ -13,6 +13,7 @@ import { canaryFlushed } from "./canary.ts";
 import { checkDrift, expectationFromOwned } from "./drift.ts";
 import { cleanupAllFamilies, iptablesPresent } from "./cleanup.ts";
 import type { OwnedRules } from "./owned_rules.ts";
+import type { SectionedPayload } from "./restore_content.ts";
 import type { IptablesHost } from "./backend.ts";
 
 /** Per-service chains sampled by each cheap drift check (rotating); fixed chains are always checked. */
@@ -22,10 +23,11 @@ const DRIFT_SAMPLE = 32;
 export function iptablesHost(runner: IptablesRunner): IptablesHost {
   let cursor = 0;
   return {
-    async restore(payload: RestorePayload): Promise<void> {
-      // Large full syncs go in as bounded make-before-break transactions; incremental partial syncs
-      // (-D/-I lines, small) go in unchanged as one transaction. Chunks are streamed, never joined.
-      await restorePlanned(runner, payload);
+    async restore(payload: RestorePayload, sections?: SectionedPayload | null): Promise<void> {
+      // Large full syncs go in as bounded make-before-break transactions (planned from the render's
+      // sections when it gave them); incremental partial syncs (-D/-I lines, small) go in unchanged as
+      // one transaction. Chunks are streamed, never joined.
+      await restorePlanned(runner, payload, {}, sections ?? null);
     },
     async natChains(): Promise<Set<string>> {
       return chainNamesFromSave(await runner.save("nat"), "nat");

@@ -14,10 +14,21 @@ export type OwnedRules = Map<string, Map<string, number>>;
  * the text, no per-line regex.
  */
 export function applyPayloadToOwnedRules(owned: OwnedRules, payload: string | readonly string[]): void {
+  versions.set(owned, ownedRulesVersion(owned) + 1);
   let table: Map<string, number> | null = null;
   for (const chunk of typeof payload === "string" ? [payload] : payload) {
     table = applyChunk(owned, chunk, table);
   }
+}
+
+const versions = new WeakMap<OwnedRules, number>();
+
+/**
+ * How many payloads were applied to `owned` (0 for a new one): lets readers cache what they derive from
+ * it (the drift check's sorted chain names) until it changes.
+ */
+export function ownedRulesVersion(owned: OwnedRules): number {
+  return versions.get(owned) ?? 0;
 }
 
 /** One chunk; returns the table the chunk ended in (a "*table" section may span chunks). */

@@ -23,6 +23,33 @@ export interface TableContent {
 /** A rendered payload, table by table in payload order. */
 export type RestoreContent = readonly TableContent[];
 
+/**
+ * A full render's payload in the two parts the planner treats differently, so that it reads back only
+ * the small one: the per-service nat chains, already grouped by service port (`segments`), and the rest
+ * (`shared`: the tables, the shared, fixed and stale chains). Both hold the payload's own chunks.
+ */
+export interface SectionedPayload {
+  /**
+   * The payload without the per-service chains' declarations and rules: a valid payload of its own
+   * (chunks of whole lines), whose nat rules jump to chains the segments declare.
+   */
+  readonly shared: readonly string[];
+  /** The per-service nat chains in payload order; a service port's chains are all in one segment. */
+  readonly segments: readonly ServiceChainSegment[];
+}
+
+/** Whole service ports' own nat chains: declarations and rules as text, with their counts. */
+export interface ServiceChainSegment {
+  /** ":NAME - [0:0]" lines, each ending with "\n". */
+  readonly decls: string;
+  /** The "-A NAME …" lines of those chains, each ending with "\n". */
+  readonly rules: string;
+  /** Chains declared (lines of `decls`). */
+  readonly chains: number;
+  /** Lines of `rules`. */
+  readonly ruleLines: number;
+}
+
 /** Thrown by `parseRestorePayload` for a payload it cannot plan (the caller then restores it as is). */
 export class UnplannablePayloadError extends Error {
   constructor(message: string) {

@@ -22,6 +22,10 @@
  *     to another).
  *
  * The payload is read back into tables and chains by restore_content.ts; this file orders and packs them.
+ * A full render also hands its per-service chains already grouped by service port (SectionedPayload):
+ * `planSections` then reads back only the rest (tables, shared and fixed chains: a few percent of the
+ * lines) and packs the render's own segments of text into step 3's transactions, so no per-line string
+ * of the per-service chains is made and the plan streams the render's chunks themselves.
  */
 import { isServiceChainName } from "./chain_names.ts";
 import type { IptablesRunner, RestorePayload } from "./runner.ts";
@@ -31,6 +35,8 @@ import {
   type PlanChain,
   type RestoreContent,
   ruleTarget,
+  type SectionedPayload,
+  type ServiceChainSegment,
   type TableContent,
   UnplannablePayloadError,
 } from "./restore_content.ts";
@@ -49,8 +55,13 @@ export type TransactionStep =
 export interface RestoreTransaction {
   readonly table: string;
   readonly step: TransactionStep;
-  /** Lines between "*table" and "COMMIT". */
+  /** Lines between "*table" and "COMMIT" (derived from `text` on read when the transaction has it). */
   readonly lines: readonly string[];
+  /**
+   * The same lines as chunks of whole lines, each ending with "\n", when the transaction was packed from
+   * a render's segments (`planSections`): they are streamed as they are.
+   */
+  readonly text?: readonly string[];
   /** Chains declared in this transaction. */
   readonly chainCount: number;
 }
@@ -125,6 +136,12 @@ function* planChunks(plan: RestorePlan): Generator<string> {
   };
   for (const t of plan.transactions) {
     parts.push(`*${t.table}`);
+    if (t.text !== undefined) {
+      yield flush();
+      for (const c of t.text) if (c.length > 0) yield c;
+      parts.push("COMMIT");
+      continue;
+    }
     for (const l of t.lines) {
       parts.push(l);
       if (parts.length >= CHUNK_LINES) yield flush();
@@ -266,24 +283,37 @@ export function chainRemovalTransactions(
   return out;
 }
 
-/** Splits the nat table as described in the module comment. */
-function planNat(t: TableContent, maxChains: number, maxLines: number): RestoreTransaction[] {
+/**
+ * Splits the nat table as described in the module comment. `segments` (planSections) are per-service
+ * chains declared outside `t`: a jump to a per-service chain that `t` does not declare then leads to one
+ * of them, and they are packed, as text, into step 3's transactions.
+ */
+function planNat(
+  t: TableContent,
+  maxChains: number,
+  maxLines: number,
+  segments: readonly ServiceChainSegment[] = [],
+): RestoreTransaction[] {
   const chains = t.chains;
   const index = new Map<string, number>();
   chains.forEach((c, i) => index.set(c.name, i));
-  const targets: number[][] = chains.map((c) => {
+  const jumpsToSegment = new Array<boolean>(chains.length).fill(false);
+  const targets: number[][] = chains.map((c, i) => {
     const out: number[] = [];
     for (const r of c.rules) {
       const tg = ruleTarget(r);
       const ti = tg === null ? undefined : index.get(tg);
-      if (ti !== undefined && ti !== index.get(c.name)) out.push(ti);
+      if (ti !== undefined && ti !== i) out.push(ti);
+      else if (ti === undefined && tg !== null && segments.length > 0 && isServiceChainName(tg)) {
+        jumpsToSegment[i] = true;
+      }
     }
     return out;
   });
   const isService = chains.map((c) => isServiceChainName(c.name));
 
   // Base chains that lead (possibly through other base chains) to a per-service chain go last ("top").
-  const leadsToService = new Array<boolean>(chains.length).fill(false);
+  const leadsToService = jumpsToSegment.map((j, i) => j && !isServiceChainName(chains[i].name));
   let changed = true;
   while (changed) {
     changed = false;
@@ -321,12 +351,87 @@ function planNat(t: TableContent, maxChains: number, maxLines: number): RestoreT
   const packer = new Packer(t.table, "nat-services", maxChains, maxLines);
   for (const members of units.values()) packer.addUnit(leavesFirst(members, targets).map((i) => chains[i]));
   out.push(...packer.finish());
+  out.push(...segmentTransactions(t.table, segments, maxChains, maxLines));
   const top = chains.filter((_, i) => leadsToService[i]);
   if (top.length > 0) {
     out.push({ table: t.table, step: "nat-top", lines: transactionLines(top), chainCount: top.length });
   }
   out.push(...chainRemovalTransactions(t.table, t.deleted, maxChains));
   return out;
+}
+
+/**
+ * Packs whole segments (several service ports each) into transactions of at most `maxChains` chains and
+ * `maxLines` lines, as text: the declarations of its segments, then their rules. A segment over a bound on
+ * its own is read back into chains and split by service port, leaves first, as a parsed payload is.
+ */
+function segmentTransactions(
+  table: string,
+  segments: readonly ServiceChainSegment[],
+  maxChains: number,
+  maxLines: number,
+): RestoreTransaction[] {
+  const out: RestoreTransaction[] = [];
+  let cur: ServiceChainSegment[] = [];
+  let chains = 0;
+  let lines = 0;
+  const flush = () => {
+    if (cur.length === 0) return;
+    out.push(textTransaction(table, cur, chains));
+    cur = [];
+    chains = 0;
+    lines = 0;
+  };
+  for (const seg of segments) {
+    const segLines = seg.chains + seg.ruleLines;
+    if (seg.chains > maxChains || segLines > maxLines) {
+      flush();
+      const [content] = parseRestorePayload([`*${table}\n`, seg.decls, seg.rules, "COMMIT\n"]);
+      out.push(...planNat(content, maxChains, maxLines));
+      continue;
+    }
+    if (chains + seg.chains > maxChains || lines + segLines > maxLines) flush();
+    cur.push(seg);
+    chains += seg.chains;
+    lines += segLines;
+  }
+  flush();
+  return out;
+}
+
+/** A nat-services transaction of whole segments, streamed as their text; `lines` is split on read. */
+function textTransaction(
+  table: string,
+  segs: readonly ServiceChainSegment[],
+  chainCount: number,
+): RestoreTransaction {
+  const text = [...segs.map((s) => s.decls), ...segs.map((s) => s.rules)];
+  return {
+    table,
+    step: "nat-services",
+    text,
+    chainCount,
+    get lines(): readonly string[] {
+      const out: string[] = [];
+      for (const c of text) for (const l of c.split("\n")) if (l.length > 0) out.push(l);
+      return out;
+    },
+  };
+}
+
+/**
+ * Plans a full render's payload from its sections (RenderResult.sections): only `shared` is read back
+ * (parseRestorePayload), the per-service chains are packed as the render's segments of text. Same order
+ * and bounds as `splitRestorePayload`; legacy backends get `singleTransactionPlan` of the whole payload.
+ * Throws `UnplannablePayloadError` as `splitRestorePayload` does.
+ */
+export function planSections(
+  sections: SectionedPayload,
+  payload: RestorePayload,
+  opts: RestorePlanOptions = {},
+): RestorePlan {
+  if (opts.backend === "legacy") return splitRestorePayload(payload, opts);
+  return planContent(parseRestorePayload(sections.shared), opts, sections.segments);
 }
 
 /**
@@ -340,6 +445,15 @@ export function splitRestorePayload(
 ): RestorePlan {
   const content = isRestoreContent(input) ? input : parseRestorePayload(input);
   if (opts.backend === "legacy") return singleTransactionPlan(content);
+  return planContent(content, opts, []);
+}
+
+/** The nf_tables plan of parsed tables, nat last; `segments` are per-service nat chains declared apart. */
+function planContent(
+  content: RestoreContent,
+  opts: RestorePlanOptions,
+  segments: readonly ServiceChainSegment[],
+): RestorePlan {
   const maxChains = Math.max(1, opts.maxChainsPerTransaction ?? DEFAULT_MAX_CHAINS_PER_TRANSACTION);
   const maxLines = Math.max(1, opts.maxLinesPerTransaction ?? DEFAULT_MAX_LINES_PER_TRANSACTION);
   const transactions: RestoreTransaction[] = [];
@@ -358,7 +472,10 @@ export function splitRestorePayload(
       chainCount: t.chains.length + t.deleted.length,
     });
   }
-  for (const t of nat) transactions.push(...planNat(t, maxChains, maxLines));
+  if (segments.length > 0 && nat.length !== 1) {
+    throw new UnplannablePayloadError(`per-service chains with ${nat.length} *nat tables`);
+  }
+  for (const t of nat) transactions.push(...planNat(t, maxChains, maxLines, segments));
   return { transactions };
 }
 
@@ -369,7 +486,8 @@ function isRestoreContent(input: RestorePayload | RestoreContent): input is Rest
 
 /**
  * What the proxier calls to apply a rendered payload (text or chunks of whole lines): plans it for the
- * runner's backend and streams the plan, in chunks, to one iptables-restore process. A payload the planner
+ * runner's backend (from `sections` when the render gave them: RenderResult.sections) and streams the
+ * plan, in chunks, to one iptables-restore process. A payload the planner
  * cannot read is restored unchanged. Returns the plan used (null when restored unchanged). Errors are the
  * runner's (`RestoreError`).
  */
@@ -377,10 +495,12 @@ export async function restorePlanned(
   runner: Pick<IptablesRunner, "restore" | "version">,
   payload: RestorePayload,
   opts: Omit<RestorePlanOptions, "backend"> = {},
+  sections: SectionedPayload | null = null,
 ): Promise<RestorePlan | null> {
   let plan: RestorePlan;
   try {
-    plan = splitRestorePayload(payload, { ...opts, backend: runner.version.backend });
+    const o = { ...opts, backend: runner.version.backend };
+    plan = sections === null ? splitRestorePayload(payload, o) : planSections(sections, payload, o);
   } catch (e) {
     if (!(e instanceof UnplannablePayloadError)) throw e;
     await runner.restore(payload);

@@ -24,6 +24,14 @@ import type { OwnChainsOut } from "./own_chains.ts";
 import { renderNodePortsTail } from "./fixed_chains.ts";
 import { type RenderResult, resultWithPayload, rulesTotalOf } from "./result.ts";
 import type { RenderInput } from "./input.ts";
+import type { SectionedPayload, ServiceChainSegment } from "../restore_content.ts";
+
+/**
+ * A segment of own chains is cut after the service port that brings it to this many declarations or
+ * rule lines (~8 KB / ~40 KB of text): several fit one restore transaction (restore_plan.ts).
+ */
+const SEGMENT_CHAINS = 256;
+const SEGMENT_RULES = 512;
 
 /** Full sync, or upstream's partial sync: every shared and fixed chain is rewritten. */
 export function renderAll(
@@ -50,7 +58,20 @@ export function renderAll(
   const ctx = newContext(input, setup, largeClusterMode, (c, line) => {
     (SHARED_CHAIN_TABLE[c] === "filter" ? filterRules : natRules).line(line);
   });
-  const own: OwnChainsOut = { decls: new PayloadWriter(), rules: new PayloadWriter() };
+  // The own chains' chunks are cut only between service ports (segments), so the restore planner can
+  // pack them as they are, without reading the text back line by line.
+  const own: OwnChainsOut = { decls: new PayloadWriter(Infinity), rules: new PayloadWriter(Infinity) };
+  const segments: ServiceChainSegment[] = [];
+  let segDecls = 0;
+  let segRules = 0;
+  const cutSegment = () => {
+    const chains = own.decls.count - segDecls;
+    const ruleLines = own.rules.count - segRules;
+    if (chains === 0 && ruleLines === 0) return;
+    segments.push({ decls: own.decls.cut(), rules: own.rules.cut(), chains, ruleLines });
+    segDecls = own.decls.count;
+    segRules = own.rules.count;
+  };
 
   const facts: ServicePortFacts[] = new Array(keys.length);
   const totals = new TotalsBuilder();
@@ -71,6 +92,7 @@ export function renderAll(
     // A skipped service port writes nothing; its name may be unusable, so it is not looked up.
     const write = mode === "full" || ((reuse?.problem ?? null) === null && isWritten(input, key, svc));
     const f = processServicePort(ctx, svc, eps, write ? own : null, reuse);
+    if (own.decls.pendingLines >= SEGMENT_CHAINS || own.rules.pendingLines >= SEGMENT_RULES) cutSegment();
     facts[i] = f;
     totals.add(f);
     if (f.problem !== null) {
@@ -79,6 +101,7 @@ export function renderAll(
       skipped.push([key, f.problem]);
     }
   }
+  cutSegment();
   for (const f of setup.fixedChains) if (f.chain === KUBE_FORWARD) filterRules.lines(f.rules);
 
   const staleChains = staleChainsByScan(input.existingNatChains, facts);
@@ -123,6 +146,10 @@ export function renderAll(
   tail.lines(nodePortsTail);
   tail.line("COMMIT");
   const chunks = concatChunks([head, filterRules, natHead, own.decls, staleDecls, natRules, own.rules, tail]);
+  const sections: SectionedPayload = {
+    shared: concatChunks([head, filterRules, natHead, staleDecls, natRules, tail]),
+    segments,
+  };
 
   return resultWithPayload({
     mode,
@@ -141,6 +168,7 @@ export function renderAll(
     },
     rulesTotal: rulesTotalOf(doneTotals, setup.fixedChains, nodePortsTail),
     sharedChainEdits: 0,
+    sections,
     work: { ...ctx.work },
   }, chunks);
 }

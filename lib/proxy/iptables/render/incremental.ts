@@ -161,6 +161,7 @@ export function renderIncremental(
     rulesWritten,
     rulesTotal: rulesTotalOf(doneTotals, setup.fixedChains, nodePortsTail),
     sharedChainEdits: diff.changedServicePorts,
+    sections: null,
     work: { ...ctx.work },
   }, chunks);
 }

@@ -13,13 +13,34 @@ const FLUSH_LINES = 512;
 export class PayloadWriter {
   readonly #chunks: string[] = [];
   readonly #pending: string[] = [];
+  readonly #flushLines: number;
   #count = 0;
+
+  /**
+   * `flushLines`: a chunk is cut after this many lines; Infinity leaves every cut to the caller (`cut`),
+   * e.g. so that chunks end where a service port's chains do.
+   */
+  constructor(flushLines = FLUSH_LINES) {
+    this.#flushLines = flushLines;
+  }
 
   /** Appends one line (without its newline). */
   line(s: string): void {
     this.#pending.push(s);
     this.#count++;
-    if (this.#pending.length >= FLUSH_LINES) this.#flush();
+    if (this.#pending.length >= this.#flushLines) this.#flush();
+  }
+
+  /** Lines written since the last chunk was cut. */
+  get pendingLines(): number {
+    return this.#pending.length;
+  }
+
+  /** Ends the current chunk here and returns it ("" when no line is pending; nothing is added then). */
+  cut(): string {
+    if (this.#pending.length === 0) return "";
+    this.#flush();
+    return this.#chunks[this.#chunks.length - 1];
   }
 
   /** Appends lines. */

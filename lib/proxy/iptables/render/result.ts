@@ -7,6 +7,7 @@
 import type { FixedChainRules, RenderState, RenderTotals } from "./state.ts";
 import { SHARED_CHAIN_COUNT, SHARED_CHAIN_TABLE } from "./shared_chains.ts";
 import { fixedRuleCount } from "./fixed_chains.ts";
+import type { SectionedPayload } from "../restore_content.ts";
 
 /** Rule counts for the filter and nat tables. */
 export interface TableRuleCounts {
@@ -44,6 +45,12 @@ export interface RenderResult {
   readonly payload: string;
   /** The payload as flat chunks of whole lines (~40 KB each); their concatenation is `payload`. */
   readonly payloadChunks: readonly string[];
+  /**
+   * Full and upstream-partial renders: the same chunks split into the per-service chains (grouped by
+   * service port) and the rest, for the restore planner (restore_plan.ts `planSections`), which then
+   * re-reads only the rest. Null for incremental renders.
+   */
+  readonly sections: SectionedPayload | null;
   /** full: input.full; partial: upstream partial sync (no usable previous state); incremental: edits. */
   readonly mode: RenderMode;
   /**

@@ -1,12 +1,15 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
+  checkDrift,
   checkDriftCheap,
   compareSavedToExpectation,
   type DriftExpectation,
   DriftTracker,
+  expectationFromOwned,
   hasJumpRule,
 } from "../../../../lib/proxy/iptables/drift.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "../../../../lib/proxy/iptables/owned_rules.ts";
 import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../../../lib/proxy/iptables/jump_rules_table.ts";
 import { parseIptablesSave } from "../../../../lib/proxy/iptables/save_parse.ts";
 import type { ExecResult, IptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
@@ -215,5 +218,32 @@ describe("checkDriftCheap (fake iptables -S)", () => {
       assert.equal(runner.calls.length - before, 3 + 4 + 1);
     }
     assert.deepEqual(sampled, ["KUBE-SEP-A1", "KUBE-SVC-A", "KUBE-SEP-A1"]);
+  });
+});
+
+describe("expectationFromOwned (per-service chains read in place)", () => {
+  it("follows the OwnedRules instead of copying it, and the sample sees a chain added later", async () => {
+    const owned: OwnedRules = new Map();
+    applyPayloadToOwnedRules(owned, PAYLOAD_FULL);
+    const exp = expectationFromOwned(owned, NAT_JUMPS);
+    assert.equal(exp.serviceChains.size, 2);
+    assert.equal(exp.serviceChains.get("KUBE-MARK-MASQ"), undefined, "fixed chains are not per-service");
+    const runner = fakeRunner(savedOK());
+    const sampleOf = async (cursor: number) => {
+      const before = runner.calls.length;
+      await checkDrift(runner, expectationFromOwned(owned, NAT_JUMPS), cursor, { sampleSize: 3 });
+      return runner.calls.slice(before).map((c) => c[3]).filter((c) => /^KUBE-(SVC|SEP)-/.test(c));
+    };
+    assert.deepEqual(await sampleOf(0), ["KUBE-SEP-A1", "KUBE-SVC-A"]);
+    // A partial sync's payload applied in place: the earlier expectation sees it, and the sorted names
+    // the check samples from are rebuilt.
+    applyPayloadToOwnedRules(owned, "*nat\n:KUBE-SVC-B - [0:0]\n-A KUBE-SVC-B -j RETURN\nCOMMIT\n");
+    assert.equal(exp.serviceChains.get("KUBE-SVC-B"), 1);
+    assert.deepEqual(Object.fromEntries(exp.serviceChains), {
+      "KUBE-SVC-A": 1,
+      "KUBE-SEP-A1": 2,
+      "KUBE-SVC-B": 1,
+    });
+    assert.deepEqual(await sampleOf(0), ["KUBE-SEP-A1", "KUBE-SVC-A", "KUBE-SVC-B"]);
   });
 });
