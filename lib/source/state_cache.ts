@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
+import { Buffer } from "node:buffer";
 import { constants as fsc } from "node:fs";
 import { type FileHandle, mkdir, open, rename, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
@@ -33,22 +34,31 @@ export type LoadResult =
 
 /** Serialises a snapshot into the cache file text: one header line, one payload line. Deterministic. */
 export function encodeState(state: StateSnapshot, nodeName: string, writtenAtMs: number): string {
-  const payload = JSON.stringify({
+  return Buffer.concat(encodeStateChunks(state, nodeName, writtenAtMs)).toString("utf8");
+}
+
+/**
+ * The cache file's bytes as chunks (header line, payload, final newline), what {@link writeStateCache}
+ * writes: the payload is encoded to UTF-8 once and hashed and counted from those bytes, so a write at 10k
+ * Services holds the JSON text and one byte copy of it rather than four copies (it came right after the
+ * first sync's peak).
+ */
+export function encodeStateChunks(state: StateSnapshot, nodeName: string, writtenAtMs: number): Uint8Array[] {
+  const payload = Buffer.from(JSON.stringify({
     services: state.services,
     endpointSlices: state.endpointSlices,
     node: state.node,
     ...(state.serviceCIDRs === undefined ? {} : { serviceCIDRs: state.serviceCIDRs }),
-  });
-  const bytes = new TextEncoder().encode(payload).length;
+  }));
   const header: StateHeader = {
     format: STATE_FORMAT,
     version: STATE_VERSION,
     nodeName,
     writtenAt: new Date(writtenAtMs).toISOString(),
-    bytes,
+    bytes: payload.length,
     sha256: createHash("sha256").update(payload).digest("hex"),
   };
-  return `${JSON.stringify(header)}\n${payload}\n`;
+  return [Buffer.from(`${JSON.stringify(header)}\n`), payload, Buffer.from("\n")];
 }
 
 /**
@@ -240,11 +250,12 @@ export async function loadStateCache(
  * any point leaves either the old file or the new one; on any failure (ENOSPC included) the temp file is
  * removed.
  */
-export async function writeStateCache(dir: string, text: string): Promise<void> {
-  const data = new TextEncoder().encode(text);
-  if (data.length > STATE_MAX_BYTES) {
+export async function writeStateCache(dir: string, content: string | readonly Uint8Array[]): Promise<void> {
+  const chunks = typeof content === "string" ? [new TextEncoder().encode(content)] : content;
+  const size = chunks.reduce((n, c) => n + c.length, 0);
+  if (size > STATE_MAX_BYTES) {
     throw new Error(
-      `state cache would be ${data.length} bytes, over the ${STATE_MAX_BYTES} limit; not written`,
+      `state cache would be ${size} bytes, over the ${STATE_MAX_BYTES} limit; not written`,
     );
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -255,7 +266,7 @@ export async function writeStateCache(dir: string, text: string): Promise<void> 
   const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600);
   try {
     try {
-      await fh.writeFile(data);
+      for (const c of chunks) await fh.writeFile(c); // each from the current position, whole
       await fh.sync();
     } finally {
       await fh.close();

@@ -1,4 +1,4 @@
-import { encodeState, writeStateCache } from "./state_cache.ts";
+import { encodeStateChunks, writeStateCache } from "./state_cache.ts";
 import type { StateSnapshot } from "./state_store.ts";
 
 /** What the writer needs from the store. */
@@ -58,13 +58,14 @@ export class StateCacheWriter {
     if (!this.#due()) return;
     const version = this.source.version;
     const now = this.opts.now();
-    const text = encodeState(this.source.snapshot(), this.opts.nodeName, now);
-    this.#inflight = writeStateCache(this.opts.dir, text).then(
+    const chunks = encodeStateChunks(this.source.snapshot(), this.opts.nodeName, now);
+    const size = chunks.reduce((n, c) => n + c.length, 0);
+    this.#inflight = writeStateCache(this.opts.dir, chunks).then(
       () => {
         this.#writtenVersion = version;
         this.#lastWriteMs = now;
         this.#lastWarning = "";
-        this.opts.onWritten?.(now, text.length);
+        this.opts.onWritten?.(now, size);
       },
       (e) => {
         const msg = `cannot write state cache in ${this.opts.dir}: ${(e as Error).message}`;
