@@ -32,6 +32,8 @@ const singleMax = Number(arg("single-max", "5000"));
 const chunk = arg("chunk", "") === "" ? undefined : Number(arg("chunk", ""));
 const budget = arg("budget", "") === "" ? undefined : Number(arg("budget", ""));
 const changes = Number(arg("changes", "9"));
+// Netlink batches exactly as nft writes them (nft's anonymous set names), for a before/after.
+const nftNames = process.argv.includes("--nft-names");
 const scope = new NetnsScope("nftbench");
 
 /** A session through one writer: our netlink batches, libnftables (large ones to `nft -f -`), or `nft -f -`. */
@@ -45,6 +47,7 @@ async function session(
     netnsPath: `/var/run/netns/${nsName}`,
     libnftables: writer === "libnftables",
     netlink: writer === "netlink",
+    nftIdenticalBatches: nftNames,
     timeoutMs: 600_000,
   });
 }
@@ -89,7 +92,11 @@ try {
     const nl = await session(ns.name, ns.prefix, "netlink");
     const firstVia = nl.netlink !== null ? nl : lib;
     const times: number[] = [];
+    // CPU time too: the kernel's commit work runs as this process's system time, less noisy than the
+    // wall clock on a shared machine.
+    const cpu0 = process.cpuUsage();
     for (const p of parts) times.push(await timeRun(firstVia, p));
+    const cpu = process.cpuUsage(cpu0);
     const total = times.reduce((a, b) => a + b, 0);
     console.log(
       `first sync (${firstVia.writer}), bounded (${
@@ -101,6 +108,11 @@ try {
         `median ${ms(summarize(times).median)}; last (switch-over) ${ms(times[times.length - 1])}`,
     );
     console.log(`  per transaction (ms): ${times.map((x) => Math.round(x)).join(" ")}`);
+    console.log(
+      `  CPU: system ${ms(cpu.system / 1000)}, user ${ms(cpu.user / 1000)}${
+        nftNames ? " (nft's names)" : ""
+      }`,
+    );
     if (size !== sizes[sizes.length - 1]) {
       await proc.close();
       await lib.close();

@@ -14,7 +14,7 @@ import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
-import { encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { anonymousSetNamer, type EncodeOptions, encodeTransaction, frameBatch } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory } from "../../runtime/memory.ts";
 
@@ -50,6 +50,16 @@ export interface NftSessionOptions {
    * transaction. A transaction with a statement the encoder does not know goes to the other writers.
    */
   readonly netlink?: boolean;
+  /**
+   * Netlink batches byte for byte as nft 1.0.6 writes them (default false: our own anonymous set names
+   * and elements by batch id, see NftSession), for comparisons.
+   */
+  readonly nftIdenticalBatches?: boolean;
+  /**
+   * The part of this session's anonymous set names that sets them apart from an earlier session's on the
+   * same table (a letter, then letters and digits). Default: "k", the start time and a random part.
+   */
+  readonly anonymousSetToken?: string;
   /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
   readonly onFallback?: (reason: string) => void;
   /**
@@ -86,6 +96,12 @@ export class NftTransactionError extends Error {
   }
 }
 
+/** "k" + start time + a random part in base 36: unique per writer of a table across restarts. */
+function sessionToken(): string {
+  const r = crypto.getRandomValues(new Uint32Array(1))[0];
+  return `k${Date.now().toString(36)}${r.toString(36)}`;
+}
+
 /** A session of serialized nft transactions. */
 export class NftSession implements NftTransactionRunner {
   #queue: Promise<void> = Promise.resolve();
@@ -98,12 +114,25 @@ export class NftSession implements NftTransactionRunner {
   refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
+  /**
+   * The kernel walks every set of the table for each lookup by name, and parses every set's name to
+   * number an anonymous "__map%d": a first sync creating one anonymous map per service port was
+   * quadratic in them. Naming them ourselves and addressing new sets' elements by batch id drops two of
+   * the five walks per anonymous set. The token (start time, random part) keeps the names of this
+   * session apart from an earlier agent's still in the table.
+   */
+  readonly #encode: EncodeOptions;
 
   constructor(
     readonly options: NftSessionOptions,
     readonly lib: LibNftablesContext | null,
     readonly netlink: NftBatchSocket | null = null,
-  ) {}
+  ) {
+    this.#encode = options.nftIdenticalBatches === true ? {} : {
+      anonymousSetName: anonymousSetNamer(options.anonymousSetToken ?? sessionToken()),
+      elementsById: true,
+    };
+  }
 
   /** The writer small transactions go through. */
   get writer(): NftWriterKind {
@@ -172,7 +201,7 @@ export class NftSession implements NftTransactionRunner {
   #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
     let messages;
     try {
-      messages = encodeTransaction(transaction);
+      messages = encodeTransaction(transaction, this.#encode);
     } catch (e) {
       if (!(e instanceof NftNetlinkUnsupported)) throw e;
       this.fallbacks++;
