@@ -20,6 +20,7 @@ import { NftIncrementalRenderer } from "../lib/proxy/nftables/render/incremental
 import { splitNFTablesFullSync } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { type NftSession, openNftSession } from "../lib/proxy/nftables/nft_session.ts";
 import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -60,6 +61,21 @@ async function timeRun(s: NftSession, tx: string): Promise<number> {
 
 const ms = (x: number) => `${round(x)} ms`;
 
+/** Resets this process's VmHWM to its current RSS (Linux: "5" to clear_refs). */
+function resetPeakRss(): void {
+  try {
+    writeFileSync("/proc/self/clear_refs", "5");
+  } catch {
+    // not Linux, or not allowed: the figure is then the peak since start
+  }
+}
+
+/** This process's VmHWM, MiB. */
+function peakRssMiB(): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"));
+  return m === null ? NaN : round(Number(m[1]) / 1024, 1);
+}
+
 try {
   for (const size of sizes) {
     const cluster = syntheticCluster({ services: size });
@@ -94,6 +110,7 @@ try {
     const times: number[] = [];
     // CPU time too: the kernel's commit work runs as this process's system time, less noisy than the
     // wall clock on a shared machine.
+    resetPeakRss();
     const cpu0 = process.cpuUsage();
     for (const p of parts) times.push(await timeRun(firstVia, p));
     const cpu = process.cpuUsage(cpu0);
@@ -108,6 +125,7 @@ try {
         `median ${ms(summarize(times).median)}; last (switch-over) ${ms(times[times.length - 1])}`,
     );
     console.log(`  per transaction (ms): ${times.map((x) => Math.round(x)).join(" ")}`);
+    console.log(`  peak RSS during the commits (VmHWM, reset after rendering): ${peakRssMiB()} MiB`);
     console.log(
       `  CPU: system ${ms(cpu.system / 1000)}, user ${ms(cpu.user / 1000)}${
         nftNames ? " (nft's names)" : ""

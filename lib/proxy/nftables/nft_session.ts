@@ -77,8 +77,12 @@ export interface NftSessionOptions {
   readonly timeoutMs?: number;
 }
 
-/** Netlink batch bytes sent between two forced collections (see #applyNetlink). */
-const RELEASE_AFTER_BYTES = 1024 * 1024;
+/**
+ * Netlink batch bytes sent between two forced collections (see #applyNetlink). Each collection of the
+ * agent's heap takes ~50–100 ms at 5k–10k Services: every MiB cost 1.1–1.6 s of a 5k first sync for no
+ * lower peak than every 4 MiB (bench/nftables_bench.ts prints the peak).
+ */
+const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
 
 /** Default size from which a transaction goes to a child process. */
 export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
@@ -168,7 +172,7 @@ export class NftSession implements NftTransactionRunner {
       }
       // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
       // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
-      // encoder's buffers are out of scope, every MiB sent.
+      // encoder's buffers are out of scope, every few MiB sent.
       if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
         this.#sentSinceRelease = 0;
         releaseMemory();
