@@ -131,7 +131,8 @@ try {
         nftNames ? " (nft's names)" : ""
       }`,
     );
-    if (size !== sizes[sizes.length - 1]) {
+    // (--changes 0: first syncs only.)
+    if (size !== sizes[sizes.length - 1] || changes === 0) {
       await proc.close();
       await lib.close();
       await nl.close();

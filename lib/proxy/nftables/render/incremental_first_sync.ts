@@ -37,10 +37,11 @@ export interface FirstSyncSplitOptions {
 
 /**
  * Default adaptive bound: about 1000 service ports into an empty table, 180 at 5k, under 100 at 13k.
- * A chunk's cost grows with its service ports times the table's size (nft re-reads the table before
- * each transaction; the kernel likely walks the table's sets to name each new anonymous set). At 5k
- * Services on kernel 6.18 / nft 1.0.6 on a loaded 2-core machine this gave 25 transactions of 0.6–1.5 s
- * (bench/nftables_bench.ts); 10k was not measured with it.
+ * A chunk's cost grows with its service ports times the table's size: the kernel walks the table's list
+ * of sets by name for every new anonymous set (three walks each with our netlink writer). The total over
+ * a first sync does not depend on the chunking; the bound keeps each commit short. Kernel 6.18, loaded
+ * 2-core machine, bench/nftables_bench.ts: 25 transactions of 0.15–0.55 s at 5k Services, 89 of
+ * 0.3–0.57 s at 10k; a budget of 1.5M gave the same total at 10k with a longest transaction of 0.98 s.
  */
 export const FIRST_SYNC_CHUNK_BUDGET = 1_000_000;
 
