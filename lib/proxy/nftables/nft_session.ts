@@ -57,7 +57,8 @@ export interface NftSessionOptions {
   readonly nftIdenticalBatches?: boolean;
   /**
    * The part of this session's anonymous set names that sets them apart from an earlier session's on the
-   * same table (a letter, then letters and digits). Default: "k", the start time and a random part.
+   * same table (a letter, then letters and digits), until a batch is refused. Default: "k" and 3 random
+   * characters.
    */
   readonly anonymousSetToken?: string;
   /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
@@ -100,10 +101,15 @@ export class NftTransactionError extends Error {
   }
 }
 
-/** "k" + start time + a random part in base 36: unique per writer of a table across restarts. */
+/**
+ * "k" and 3 random base-36 characters: anonymous set names stay within 15 characters (the kernel keeps
+ * each name in a 16-byte allocation, and its set-list walks read every name: longer names cost ~5 % more
+ * kernel time in a first sync). Two sessions meet with odds of 1 in 46656; the kernel then refuses the
+ * batch (NLM_F_EXCL) and the session draws a new token.
+ */
 function sessionToken(): string {
-  const r = crypto.getRandomValues(new Uint32Array(1))[0];
-  return `k${Date.now().toString(36)}${r.toString(36)}`;
+  const r = crypto.getRandomValues(new Uint32Array(1))[0] % 46656;
+  return `k${r.toString(36).padStart(3, "0")}`;
 }
 
 /** A session of serialized nft transactions. */
@@ -122,20 +128,22 @@ export class NftSession implements NftTransactionRunner {
    * The kernel walks every set of the table for each lookup by name, and parses every set's name to
    * number an anonymous "__map%d": a first sync creating one anonymous map per service port was
    * quadratic in them. Naming them ourselves and addressing new sets' elements by batch id drops two of
-   * the five walks per anonymous set. The token (start time, random part) keeps the names of this
-   * session apart from an earlier agent's still in the table.
+   * the five walks per anonymous set. The token keeps the names of this session apart from an earlier
+   * agent's still in the table; a new one is drawn after any refused batch.
    */
-  readonly #encode: EncodeOptions;
+  #encode: EncodeOptions;
 
   constructor(
     readonly options: NftSessionOptions,
     readonly lib: LibNftablesContext | null,
     readonly netlink: NftBatchSocket | null = null,
   ) {
-    this.#encode = options.nftIdenticalBatches === true ? {} : {
-      anonymousSetName: anonymousSetNamer(options.anonymousSetToken ?? sessionToken()),
-      elementsById: true,
-    };
+    this.#encode = this.#encodeOptions(options.anonymousSetToken ?? sessionToken());
+  }
+
+  #encodeOptions(token: string): EncodeOptions {
+    if (this.options.nftIdenticalBatches === true) return {};
+    return { anonymousSetName: anonymousSetNamer(token), elementsById: true };
   }
 
   /** The writer small transactions go through. */
@@ -166,6 +174,8 @@ export class NftSession implements NftTransactionRunner {
         // for a real reason nft reports that in its own words, and should our encoding ever differ from
         // nft's, the change still lands.
         this.refusedBatches++;
+        // Should the refusal be a name of ours meeting an earlier session's, the next batch names anew.
+        this.#encode = this.#encodeOptions(sessionToken());
         (this.options.onRefused ?? this.options.onFallback)?.(
           `the kernel refused the netlink batch, retried through nft: ${e.nftError}`,
         );

@@ -315,7 +315,8 @@ test(
     try {
       await first.run(
         "add table ip kube-proxy\n" +
-          ["a", "b", "c", "ep0", "ep1"].map((c) => `add chain ip kube-proxy ${c}\n`).join("") + vmap("a"),
+          ["a", "b", "c", "d", "x", "ep0", "ep1"].map((c) => `add chain ip kube-proxy ${c}\n`).join("") +
+          vmap("a") + vmap("x"),
       );
       assert.equal(first.counts["netlink"], 1);
       // The same token names its first map as the first session did: the kernel refuses, nft writes it.
@@ -323,12 +324,17 @@ test(
       assert.equal(same.refusedBatches, 1);
       assert.match(reasons[0], /File exists \(errno 17\)/);
       assert.equal(same.counts["nft -f -"], 1);
+      // After the refusal the session names with a token of its own (its next name under the old token
+      // would meet the first session's second map): through netlink again.
+      await same.run(vmap("d"));
+      assert.equal(same.refusedBatches, 1);
+      assert.equal(same.counts["netlink"], 1);
       // A token of its own: through netlink.
       await other.run(vmap("c"));
       assert.equal(other.refusedBatches, 0);
       assert.equal(other.counts["netlink"], 1);
       const listed = await ns.execOk([NFT, "list", "ruleset"]);
-      for (const c of ["a", "b", "c"]) {
+      for (const c of ["a", "b", "c", "d"]) {
         assert.match(
           listed,
           new RegExp(`chain ${c} \\{\\n\\s+numgen random mod 2 vmap \\{ 0 : goto ep0, 1 : goto ep1 \\}`),
