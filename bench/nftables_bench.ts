@@ -20,6 +20,7 @@ import { NftIncrementalRenderer } from "../lib/proxy/nftables/render/incremental
 import { splitNFTablesFullSync } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { type NftSession, openNftSession } from "../lib/proxy/nftables/nft_session.ts";
 import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -32,6 +33,8 @@ const singleMax = Number(arg("single-max", "5000"));
 const chunk = arg("chunk", "") === "" ? undefined : Number(arg("chunk", ""));
 const budget = arg("budget", "") === "" ? undefined : Number(arg("budget", ""));
 const changes = Number(arg("changes", "9"));
+// Netlink batches exactly as nft writes them (nft's anonymous set names), for a before/after.
+const nftNames = process.argv.includes("--nft-names");
 const scope = new NetnsScope("nftbench");
 
 /** A session through one writer: our netlink batches, libnftables (large ones to `nft -f -`), or `nft -f -`. */
@@ -45,6 +48,7 @@ async function session(
     netnsPath: `/var/run/netns/${nsName}`,
     libnftables: writer === "libnftables",
     netlink: writer === "netlink",
+    nftIdenticalBatches: nftNames,
     timeoutMs: 600_000,
   });
 }
@@ -56,6 +60,21 @@ async function timeRun(s: NftSession, tx: string): Promise<number> {
 }
 
 const ms = (x: number) => `${round(x)} ms`;
+
+/** Resets this process's VmHWM to its current RSS (Linux: "5" to clear_refs). */
+function resetPeakRss(): void {
+  try {
+    writeFileSync("/proc/self/clear_refs", "5");
+  } catch {
+    // not Linux, or not allowed: the figure is then the peak since start
+  }
+}
+
+/** This process's VmHWM, MiB. */
+function peakRssMiB(): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"));
+  return m === null ? NaN : round(Number(m[1]) / 1024, 1);
+}
 
 try {
   for (const size of sizes) {
@@ -89,7 +108,12 @@ try {
     const nl = await session(ns.name, ns.prefix, "netlink");
     const firstVia = nl.netlink !== null ? nl : lib;
     const times: number[] = [];
+    // CPU time too: the kernel's commit work runs as this process's system time, less noisy than the
+    // wall clock on a shared machine.
+    resetPeakRss();
+    const cpu0 = process.cpuUsage();
     for (const p of parts) times.push(await timeRun(firstVia, p));
+    const cpu = process.cpuUsage(cpu0);
     const total = times.reduce((a, b) => a + b, 0);
     console.log(
       `first sync (${firstVia.writer}), bounded (${
@@ -101,7 +125,14 @@ try {
         `median ${ms(summarize(times).median)}; last (switch-over) ${ms(times[times.length - 1])}`,
     );
     console.log(`  per transaction (ms): ${times.map((x) => Math.round(x)).join(" ")}`);
-    if (size !== sizes[sizes.length - 1]) {
+    console.log(`  peak RSS during the commits (VmHWM, reset after rendering): ${peakRssMiB()} MiB`);
+    console.log(
+      `  CPU: system ${ms(cpu.system / 1000)}, user ${ms(cpu.user / 1000)}${
+        nftNames ? " (nft's names)" : ""
+      }`,
+    );
+    // (--changes 0: first syncs only.)
+    if (size !== sizes[sizes.length - 1] || changes === 0) {
       await proc.close();
       await lib.close();
       await nl.close();

@@ -14,7 +14,7 @@ import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
-import { encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { anonymousSetNamer, type EncodeOptions, encodeTransaction, frameBatch } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory } from "../../runtime/memory.ts";
 
@@ -50,6 +50,17 @@ export interface NftSessionOptions {
    * transaction. A transaction with a statement the encoder does not know goes to the other writers.
    */
   readonly netlink?: boolean;
+  /**
+   * Netlink batches byte for byte as nft 1.0.6 writes them (default false: our own anonymous set names
+   * and elements by batch id, see NftSession), for comparisons.
+   */
+  readonly nftIdenticalBatches?: boolean;
+  /**
+   * The part of this session's anonymous set names that sets them apart from an earlier session's on the
+   * same table (a letter, then letters and digits), until a batch is refused. Default: "k" and 3 random
+   * characters.
+   */
+  readonly anonymousSetToken?: string;
   /** Told (at V(4)) of each transaction the netlink encoder handed to the other writers, and why. */
   readonly onFallback?: (reason: string) => void;
   /**
@@ -67,8 +78,12 @@ export interface NftSessionOptions {
   readonly timeoutMs?: number;
 }
 
-/** Netlink batch bytes sent between two forced collections (see #applyNetlink). */
-const RELEASE_AFTER_BYTES = 1024 * 1024;
+/**
+ * Netlink batch bytes sent between two forced collections (see #applyNetlink). Each collection of the
+ * agent's heap takes ~50–100 ms at 5k–10k Services: every MiB cost 1.1–1.6 s of a 5k first sync for no
+ * lower peak than every 4 MiB (bench/nftables_bench.ts prints the peak).
+ */
+const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
 
 /** Default size from which a transaction goes to a child process. */
 export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
@@ -86,6 +101,17 @@ export class NftTransactionError extends Error {
   }
 }
 
+/**
+ * "k" and 3 random base-36 characters: anonymous set names stay within 15 characters (the kernel keeps
+ * each name in a 16-byte allocation, and its set-list walks read every name: longer names cost ~5 % more
+ * kernel time in a first sync). Two sessions meet with odds of 1 in 46656; the kernel then refuses the
+ * batch (NLM_F_EXCL) and the session draws a new token.
+ */
+function sessionToken(): string {
+  const r = crypto.getRandomValues(new Uint32Array(1))[0] % 46656;
+  return `k${r.toString(36).padStart(3, "0")}`;
+}
+
 /** A session of serialized nft transactions. */
 export class NftSession implements NftTransactionRunner {
   #queue: Promise<void> = Promise.resolve();
@@ -98,12 +124,27 @@ export class NftSession implements NftTransactionRunner {
   refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
+  /**
+   * The kernel walks every set of the table for each lookup by name, and parses every set's name to
+   * number an anonymous "__map%d": a first sync creating one anonymous map per service port was
+   * quadratic in them. Naming them ourselves and addressing new sets' elements by batch id drops two of
+   * the five walks per anonymous set. The token keeps the names of this session apart from an earlier
+   * agent's still in the table; a new one is drawn after any refused batch.
+   */
+  #encode: EncodeOptions;
 
   constructor(
     readonly options: NftSessionOptions,
     readonly lib: LibNftablesContext | null,
     readonly netlink: NftBatchSocket | null = null,
-  ) {}
+  ) {
+    this.#encode = this.#encodeOptions(options.anonymousSetToken ?? sessionToken());
+  }
+
+  #encodeOptions(token: string): EncodeOptions {
+    if (this.options.nftIdenticalBatches === true) return {};
+    return { anonymousSetName: anonymousSetNamer(token), elementsById: true };
+  }
 
   /** The writer small transactions go through. */
   get writer(): NftWriterKind {
@@ -133,13 +174,15 @@ export class NftSession implements NftTransactionRunner {
         // for a real reason nft reports that in its own words, and should our encoding ever differ from
         // nft's, the change still lands.
         this.refusedBatches++;
+        // Should the refusal be a name of ours meeting an earlier session's, the next batch names anew.
+        this.#encode = this.#encodeOptions(sessionToken());
         (this.options.onRefused ?? this.options.onFallback)?.(
           `the kernel refused the netlink batch, retried through nft: ${e.nftError}`,
         );
       }
       // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
       // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
-      // encoder's buffers are out of scope, every MiB sent.
+      // encoder's buffers are out of scope, every few MiB sent.
       if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
         this.#sentSinceRelease = 0;
         releaseMemory();
@@ -172,7 +215,7 @@ export class NftSession implements NftTransactionRunner {
   #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
     let messages;
     try {
-      messages = encodeTransaction(transaction);
+      messages = encodeTransaction(transaction, this.#encode);
     } catch (e) {
       if (!(e instanceof NftNetlinkUnsupported)) throw e;
       this.fallbacks++;

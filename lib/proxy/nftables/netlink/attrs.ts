@@ -15,6 +15,8 @@ const NFNL_MSG_BATCH_END = 0x11;
 export const NLM_F_REQUEST = 0x1;
 export const NLM_F_ACK = 0x4;
 export const NLM_F_CREATE = 0x400;
+/** Fail if the object exists (EEXIST) rather than take it. */
+export const NLM_F_EXCL = 0x200;
 export const NLM_F_APPEND = 0x800;
 
 const ENCODER = new TextEncoder();

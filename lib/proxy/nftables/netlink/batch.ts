@@ -17,6 +17,7 @@ import {
   NLM_F_ACK,
   NLM_F_APPEND,
   NLM_F_CREATE,
+  NLM_F_EXCL,
   NLM_F_REQUEST,
   strAttr,
   udata,
@@ -161,9 +162,50 @@ function chunkBySize(items: readonly NlAttr[], max: number): NlAttr[][] {
   return out;
 }
 
+/**
+ * Where the encoder departs from nft's bytes to spare the kernel walks over the table's set list (a plain
+ * list: every lookup by name visits each set of the table, so a first sync creating one anonymous map per
+ * service port is quadratic in the service ports). Without options the messages are nft 1.0.6's.
+ */
+export interface EncodeOptions {
+  /**
+   * Names each anonymous set or map instead of nft's "__set%d" / "__map%d", for which the kernel parses
+   * the name of every set of the table to pick the lowest free number. Called once per anonymous set; must
+   * never return a name of a set the table holds (see anonymousSetNamer); such a set is created with
+   * NLM_F_EXCL, so a collision is refused, not merged.
+   */
+  readonly anonymousSetName?: (kind: "set" | "map") => string;
+  /**
+   * Addresses the elements of an anonymous set by its batch id only, without its name: the kernel then
+   * finds it among the batch's newest messages instead of walking the table's sets. (Not for named sets:
+   * an "add set" of an existing set creates nothing the kernel could find by id.)
+   */
+  readonly elementsById?: boolean;
+}
+
+/**
+ * Anonymous set names of one writer: "__map" / "__set", then `token`, "_" and a counter of the namer's.
+ * `token` starts with a letter, so the kernel's "__map%d" allocation for nft's own sets (the fallback
+ * writer's) never parses ours as a number, and must differ from every earlier writer's on the same table
+ * (e.g. the writer's start time and a random part): an agent restart meets the old run's sets.
+ */
+export function anonymousSetNamer(token: string): (kind: "set" | "map") => string {
+  if (!/^[a-z][a-z0-9]*$/.test(token)) {
+    throw new Error(
+      `anonymous set name token ${JSON.stringify(token)}: want a letter, then letters and digits`,
+    );
+  }
+  let n = 0;
+  return (kind) => `__${kind}${token}_${n++}`;
+}
+
 /** Encodes a transaction: the messages in order (without the batch frame). */
-export function encodeTransaction(transaction: string): NftBatchMessage[] {
+export function encodeTransaction(transaction: string, opts: EncodeOptions = {}): NftBatchMessage[] {
   const out: NftBatchMessage[] = [];
+  const anonymousName = opts.anonymousSetName;
+  // A name of ours must be new: should it ever meet a set of the table, the kernel refuses the batch
+  // (EEXIST) instead of taking the existing set (nft's "%d" names are always new).
+  const newAnonymousExcl = anonymousName === undefined ? 0 : NLM_F_EXCL;
   /** Sets and maps added in this batch → their batch id. */
   const setIds = new Map<string, number>();
   let nextSetId = 1;
@@ -183,6 +225,11 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
     const push = (msg: number, flags: number, attrs: NlAttr[]) =>
       out.push({ msg, flags: NLM_F_REQUEST | flags, family, body: encodeAttrs(attrs), statement: line });
     const tableAttr = strAttr(1, table);
+    /** The head of an anonymous set's element list: the set by name and batch id, or by id alone. */
+    const elementListHead = (set: string, id: number): NlAttr[] =>
+      opts.elementsById === true
+        ? [tableAttr, be32Attr(4, id)]
+        : [tableAttr, strAttr(2, set), be32Attr(4, id)];
 
     if (kind === "table") {
       if (verb === "add") {
@@ -303,10 +350,10 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
         setId: (n) => setIds.get(n) ?? null,
         anonymousVerdictMap: (verdicts) => {
           const id = nextSetId++;
-          const name = "__map%d";
+          const name = anonymousName?.("map") ?? "__map%d";
           out.push({
             msg: MSG.NEWSET,
-            flags: NLM_F_REQUEST | NLM_F_CREATE,
+            flags: NLM_F_REQUEST | NLM_F_CREATE | newAnonymousExcl,
             family,
             statement: line,
             body: encodeAttrs([
@@ -341,13 +388,13 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            body: encodeAttrs([tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)]),
+            body: encodeAttrs(elementListHead(name, id).concat(nest(3, elems))),
           });
           return { name, id };
         },
         anonymousIntervalSet: (field, ranges) => {
           const id = nextSetId++;
-          const name = "__set%d";
+          const name = anonymousName?.("set") ?? "__set%d";
           const t = ADDRESS_TYPEOF[fam as "ip" | "ip6"];
           const dt = keyFields(t.type)![0];
           const elems: NlAttr[] = [];
@@ -372,7 +419,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
           const typeofData = udata([[0, udataU32(t.desc)], [1, udataU32(t[field])]]);
           out.push({
             msg: MSG.NEWSET,
-            flags: NLM_F_REQUEST | NLM_F_CREATE,
+            flags: NLM_F_REQUEST | NLM_F_CREATE | newAnonymousExcl,
             family,
             statement: line,
             body: encodeAttrs([
@@ -399,7 +446,7 @@ export function encodeTransaction(transaction: string): NftBatchMessage[] {
             flags: NLM_F_REQUEST | NLM_F_CREATE,
             family,
             statement: line,
-            body: encodeAttrs([tableAttr, strAttr(2, name), be32Attr(4, id), nest(3, elems)]),
+            body: encodeAttrs(elementListHead(name, id).concat(nest(3, elems))),
           });
           return { name, id };
         },

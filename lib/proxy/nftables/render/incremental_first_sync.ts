@@ -37,10 +37,11 @@ export interface FirstSyncSplitOptions {
 
 /**
  * Default adaptive bound: about 1000 service ports into an empty table, 180 at 5k, under 100 at 13k.
- * A chunk's cost grows with its service ports times the table's size (nft re-reads the table before
- * each transaction; the kernel likely walks the table's sets to name each new anonymous set). At 5k
- * Services on kernel 6.18 / nft 1.0.6 on a loaded 2-core machine this gave 25 transactions of 0.6–1.5 s
- * (bench/nftables_bench.ts); 10k was not measured with it.
+ * A chunk's cost grows with its service ports times the table's size: the kernel walks the table's list
+ * of sets by name for every new anonymous set (three walks each with our netlink writer). The total over
+ * a first sync does not depend on the chunking; the bound keeps each commit short. Kernel 6.18, loaded
+ * 2-core machine, bench/nftables_bench.ts: 25 transactions of 0.15–0.55 s at 5k Services, 89 of
+ * 0.3–0.57 s at 10k; a budget of 1.5M gave the same total at 10k with a longest transaction of 0.98 s.
  */
 export const FIRST_SYNC_CHUNK_BUDGET = 1_000_000;
 
@@ -50,20 +51,31 @@ function adaptiveChunk(written: number, budget: number): number {
   return Math.max(25, c);
 }
 
+/** The words a line starts with, as constants: a first sync's ~200k lines then allocate only their names. */
+const WORDS = ["add", "flush", "delete", "chain", "rule", "set", "map", "element", "table"];
+
+/** The word of `line` from `from` to `to`, as one of WORDS when it is one (no allocation), else a slice. */
+function wordAt(line: string, from: number, to: number): string {
+  for (const w of WORDS) if (w.length === to - from && line.startsWith(w, from)) return w;
+  return line.slice(from, to);
+}
+
 /**
  * The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name (the
- * fifth word). Cut with indexOf, not split: a 5k-Service first sync has ~200k lines, and per-line
- * arrays were a large share of its peak memory.
+ * fifth word). Cut with indexOf, not split, and the verb and kind as constants: a 5k-Service first sync
+ * has ~200k lines, and per-line arrays and strings were a large share of its peak memory.
  */
 function objectOf(line: string): { verb: string; kind: string; name: string } {
   const a = line.indexOf(" ");
   const b = a < 0 ? -1 : line.indexOf(" ", a + 1);
-  if (b < 0) return { verb: a < 0 ? line : line.slice(0, a), kind: a < 0 ? "" : line.slice(a + 1), name: "" };
+  if (b < 0) {
+    return { verb: a < 0 ? line : wordAt(line, 0, a), kind: a < 0 ? "" : line.slice(a + 1), name: "" };
+  }
   const c = line.indexOf(" ", b + 1);
   const d = c < 0 ? -1 : line.indexOf(" ", c + 1);
   const e = d < 0 ? -1 : line.indexOf(" ", d + 1);
   const name = d < 0 ? "" : line.slice(d + 1, e < 0 ? line.length : e);
-  return { verb: line.slice(0, a), kind: line.slice(a + 1, b), name };
+  return { verb: wordAt(line, 0, a), kind: wordAt(line, a + 1, b), name };
 }
 
 /** True for a line on a per-service chain or an affinity set (not an element, not a stale flush). */

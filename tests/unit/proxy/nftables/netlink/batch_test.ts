@@ -9,7 +9,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { encodeTransaction, frameBatch } from "../../../../../lib/proxy/nftables/netlink/batch.ts";
+import {
+  anonymousSetNamer,
+  encodeTransaction,
+  frameBatch,
+} from "../../../../../lib/proxy/nftables/netlink/batch.ts";
 import { NftNetlinkUnsupported } from "../../../../../lib/proxy/nftables/netlink/unsupported.ts";
 
 const golden = JSON.parse(
@@ -63,6 +67,78 @@ for (const [statement, expected] of Object.entries(golden)) {
     assert.deepEqual(mine, theirs);
   });
 }
+
+/** "name" + NUL as canonical() prints a name attribute. */
+function nameHex(name: string): string {
+  return hex(new TextEncoder().encode(name + "\0"));
+}
+
+test("with our own anonymous set names and elements by id: nft's messages but for the name, NLM_F_EXCL and the element list's set name", () => {
+  const vmap = "add rule ip kube-proxy svc numgen random mod 2 vmap { 0 : goto ep0 , 1 : goto ep1 }";
+  const interval = "add rule ip kube-proxy c ip saddr != { 203.0.113.0/25 , 192.168.0.2 , 1.2.3.4 } drop";
+  const name = anonymousSetNamer("ktest");
+  const opts = { anonymousSetName: name, elementsById: true };
+  for (
+    const [statement, ours, nfts] of [[vmap, "__mapktest_0", "__map%d"], [
+      interval,
+      "__setktest_1",
+      "__set%d",
+    ]]
+  ) {
+    const mine = encodeTransaction(statement + "\n", opts).map((m) =>
+      `0x${m.flags.toString(16)} ${canonical(m.msg, Uint8Array.of(m.family, 0, 0, 0, ...m.body))}`
+    );
+    // nft's messages with our name, and without the set name of the element list (NEWSETELEM's attribute 2).
+    const theirs = golden[statement].map((e) => {
+      const [msg, flags, body] = e.split(" ");
+      // Our anonymous set is created with NLM_F_EXCL (0x200): a name that exists is refused, not taken.
+      const f = msg === "9" ? `0x${(Number(flags) | 0x200).toString(16)}` : flags;
+      let c = `${f} ${canonical(Number(msg), bytes(body))}`.replaceAll(nameHex(nfts), nameHex(ours));
+      if (msg === "12") c = c.split("\n").filter((l) => !l.startsWith("/2=")).join("\n");
+      return c;
+    });
+    assert.deepEqual(mine, theirs, statement);
+  }
+  // The set and its element list are tied by the batch id alone: the same one.
+  const msgs = encodeTransaction(vmap + "\n", opts);
+  const id = (m: (typeof msgs)[number], at: number) =>
+    new DataView(m.body.buffer, m.body.byteOffset).getUint32(at);
+  const setIdAt = (m: (typeof msgs)[number], type: number): number => {
+    const v = new DataView(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+    for (let off = 0; off + 4 <= m.body.length; off += (v.getUint16(off, true) + 3) & ~3) {
+      if ((v.getUint16(off + 2, true) & 0x3fff) === type) return id(m, off + 4);
+    }
+    return -1;
+  };
+  assert.equal(msgs[0].msg, 9);
+  assert.equal(msgs[1].msg, 12);
+  assert.notEqual(setIdAt(msgs[0], 10), -1);
+  assert.equal(setIdAt(msgs[1], 4), setIdAt(msgs[0], 10));
+});
+
+test("anonymous set names of one namer never repeat, across transactions; tokens apart never meet", () => {
+  const a = anonymousSetNamer("kab1");
+  const b = anonymousSetNamer("kab2");
+  const seen = new Set<string>();
+  for (let i = 0; i < 1000; i++) {
+    for (const n of [a("map"), a("set"), b("map"), b("set")]) {
+      assert.ok(!seen.has(n), n);
+      seen.add(n);
+      // The kernel numbers nft's own "__map%d" / "__set%d" by parsing every set's name: ours never parse.
+      assert.doesNotMatch(n, /^__(map|set)\d/);
+    }
+  }
+  // Across transactions of one session: a second transaction's anonymous map is named anew.
+  const opts = { anonymousSetName: anonymousSetNamer("kx"), elementsById: true };
+  const tx = "add rule ip kube-proxy svc numgen random mod 2 vmap { 0 : goto ep0 , 1 : goto ep1 }\n";
+  const names = [encodeTransaction(tx, opts), encodeTransaction(tx, opts)].map((m) =>
+    new TextDecoder().decode(m[0].body).match(/__mapkx_\d+/)?.[0]
+  );
+  assert.deepEqual(names, ["__mapkx_0", "__mapkx_1"]);
+  for (const bad of ["", "1abc", "a_b", "A"]) {
+    assert.throws(() => anonymousSetNamer(bad), /anonymous set name token/);
+  }
+});
 
 test("every message keeps its statement; the batch frame acks the last message only", () => {
   const tx = "add table ip kube-proxy\nadd chain ip kube-proxy c\n";

@@ -180,6 +180,27 @@ for (const [family, variant, prefix] of cases) {
       again.setEndpoints(c.empty, [c.eps.extra]);
       await applyBoth(p, again.sync().transaction, "full sync by a new process");
       assert.equal(p.session.fallbacks, 0);
+      // An agent restart: a new session names its anonymous sets apart from the old one's, still in the
+      // table (the same names would collide), and its full sync and a partial one commit through netlink.
+      const restarted = await openNftSession({
+        netnsPath: `/var/run/netns/${p.viaNetlink.name}`,
+        libnftables: false,
+      });
+      try {
+        const third = new FakeNftProxier(input, false);
+        for (const s of [c.web, c.dns, c.empty]) third.setService(s);
+        third.setEndpoints(c.web, c.eps.web);
+        third.setEndpoints(c.dns, c.eps.dns);
+        third.setEndpoints(c.empty, [c.eps.extra]);
+        const q = { ...p, session: restarted };
+        await applyBoth(q, third.sync().transaction, "full sync after a restart");
+        third.setEndpoints(c.web, [...c.eps.web, c.eps.extra]);
+        await applyBoth(q, third.sync().transaction, "partial sync after a restart");
+        assert.equal(restarted.refusedBatches, 0);
+        assert.equal(restarted.fallbacks, 0);
+      } finally {
+        await restarted.close();
+      }
     } finally {
       await p.session.close();
     }
@@ -268,3 +289,63 @@ test("a batch the kernel refuses changes nothing, names its statement and is ret
     await session.close();
   }
 });
+
+test(
+  "an anonymous set name that meets a live set of the table is refused (EEXIST), not taken; another session's token passes",
+  {
+    skip: skip || false,
+  },
+  async () => {
+    const ns = await env.create("anon");
+    const reasons: string[] = [];
+    const open = (token: string) =>
+      openNftSession({
+        netnsPath: `/var/run/netns/${ns.name}`,
+        libnftables: false,
+        commandPrefix: ns.prefix,
+        nftPath: NFT,
+        anonymousSetToken: token,
+        onRefused: (r) => reasons.push(r),
+      });
+    const first = await open("kdup");
+    const same = await open("kdup");
+    const other = await open("kother");
+    const vmap = (chain: string) =>
+      `add rule ip kube-proxy ${chain} numgen random mod 2 vmap { 0 : goto ep0 , 1 : goto ep1 }\n`;
+    try {
+      await first.run(
+        "add table ip kube-proxy\n" +
+          ["a", "b", "c", "d", "x", "ep0", "ep1"].map((c) => `add chain ip kube-proxy ${c}\n`).join("") +
+          vmap("a") + vmap("x"),
+      );
+      assert.equal(first.counts["netlink"], 1);
+      // The same token names its first map as the first session did: the kernel refuses, nft writes it.
+      await same.run(vmap("b"));
+      assert.equal(same.refusedBatches, 1);
+      assert.match(reasons[0], /File exists \(errno 17\)/);
+      assert.equal(same.counts["nft -f -"], 1);
+      // After the refusal the session names with a token of its own (its next name under the old token
+      // would meet the first session's second map): through netlink again.
+      await same.run(vmap("d"));
+      assert.equal(same.refusedBatches, 1);
+      assert.equal(same.counts["netlink"], 1);
+      // A token of its own: through netlink.
+      await other.run(vmap("c"));
+      assert.equal(other.refusedBatches, 0);
+      assert.equal(other.counts["netlink"], 1);
+      const listed = await ns.execOk([NFT, "list", "ruleset"]);
+      for (const c of ["a", "b", "c", "d"]) {
+        assert.match(
+          listed,
+          new RegExp(`chain ${c} \\{\\n\\s+numgen random mod 2 vmap \\{ 0 : goto ep0, 1 : goto ep1 \\}`),
+        );
+      }
+      // Anonymous sets stay out of the listing whatever their names.
+      assert.doesNotMatch(listed, /__map|__set/);
+    } finally {
+      await first.close();
+      await same.close();
+      await other.close();
+    }
+  },
+);
