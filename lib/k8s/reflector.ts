@@ -80,7 +80,8 @@ export interface ReflectorTimings {
 export interface BoundedWatchOptions {
   /**
    * --poll-interval (ms): every watch's timeoutSeconds (rounded, at least 1 s), so no connection is idle
-   * longer; also the period of the resourceVersion=0 LISTs after a fallback.
+   * longer (a relaxed watch: `relaxedFactor` × that); also the period of the resourceVersion=0 LISTs after
+   * a fallback.
    */
   intervalMs: number;
   /** A full LIST this often even while watches work (ms; 0 or unset: only at start and after a 410). */
