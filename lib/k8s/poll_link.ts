@@ -12,11 +12,27 @@ import type { ApiTransport } from "./transport.ts";
 /** Shared streaming state of one connection's bounded watches; see the module header. */
 export class PollLink {
   #streams = false;
+  #keepers = 0;
   readonly #onSuspect = new Set<() => void>();
 
   /** True once a watch streamed, until one looks buffered. */
   get streams(): boolean {
     return this.#streams;
+  }
+
+  /** Other watches may run longer: the link streams and a keeper is running (someone ends every interval). */
+  get relaxed(): boolean {
+    return this.#streams && this.#keepers > 0;
+  }
+
+  /** A keeper's loop runs until the returned function is called. */
+  addKeeper(): () => void {
+    this.#keepers++;
+    let done = false;
+    return () => {
+      if (!done) this.#keepers--;
+      done = true;
+    };
   }
 
   /** A watch delivered data well before its end: the link streams. */

@@ -257,10 +257,14 @@ export class Reflector<T extends KubeObject> {
 
   /** Starts the loop (idempotent). */
   start(): void {
-    this.#running ??= this.#run().catch((e) => {
+    if (this.#running) return;
+    // Without a running keeper, nobody else keeps the shared connection busy: nothing relaxes.
+    const b = this.#bounded;
+    const unkeep = b?.keeper && b.link ? b.link.addKeeper() : () => {};
+    this.#running = this.#run().catch((e) => {
       // Unreachable by design; never let a bug become an unhandled rejection.
       this.#log.error(`reflector ${this.#spec.resource} ended unexpectedly: ${errorChain(e)}`);
-    });
+    }).finally(unkeep);
   }
 
   /** Aborts the list or watch in flight and any wait; resolves when the loop has ended. */
@@ -406,7 +410,7 @@ export class Reflector<T extends KubeObject> {
   /** A watch other than the keeper, over HTTP/2, on a link that has proven it streams, may run longer. */
   #relaxed(): boolean {
     const b = this.#bounded!;
-    return !b.keeper && b.link !== undefined && b.link.streams && this.#t.protocol === "h2";
+    return !b.keeper && b.link !== undefined && b.link.relaxed && this.#t.protocol === "h2";
   }
 
   /** A 410 right after a fresh list means the server cannot serve our watch: back off instead of spinning. */

@@ -85,6 +85,7 @@ async function harness(
   intervalMs: number,
   srvOpts: Parameters<typeof startTestApiserver>[0],
   before?: (srv: TestApiserver) => void,
+  withKeeper = true,
 ): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), "edgeproxy-poll-h2-"));
   const srv = await startTestApiserver(srvOpts);
@@ -107,7 +108,7 @@ async function harness(
   const services = new Poller<KubeObject>({ ...common, spec: SERVICES_RESOURCE, handler: rec });
   const slices = new Poller<KubeObject>({ ...common, spec: ENDPOINTSLICES_RESOURCE, handler: new Rec() });
   services.start();
-  slices.start();
+  if (withKeeper) slices.start();
   return {
     srv,
     transport,
@@ -159,6 +160,24 @@ describe("--api-mode=poll over HTTP/2: one keeper at the interval, the other wat
       assert.equal(svcLists(h.srv).length, 1, "no steady-state LIST of Services");
       assert.equal(sliceLists(h.srv).length, 1, "no steady-state LIST of EndpointSlices");
       assert.deepEqual(h.log.lines.filter((l) => l.startsWith("W ") || l.startsWith("E ")), []);
+    } finally {
+      await h.stop();
+    }
+  });
+
+  it("without a keeper running on the connection nothing relaxes", { timeout: 60_000 }, async () => {
+    const h = await harness(
+      1000,
+      { http2: true, bookmarkIntervalMs: 300 },
+      (srv) => srv.create("services", svc("a")),
+      false,
+    );
+    try {
+      await h.services.synced;
+      await pause(5000);
+      assert.equal(h.transport.protocol, "h2");
+      const all = svcWatches(h.srv).map(timeoutS);
+      assert.ok(all.length >= 4 && all.every((t) => t === "1"), `watches: ${all.join(",")}`);
     } finally {
       await h.stop();
     }
