@@ -24,8 +24,7 @@
  * 60 s and 2 s before a watch's timeoutSeconds deadline, only when the resourceVersion moved past what the
  * watcher was sent (`--watch-cache-bookmarks=false`: every 60 s, moved or not, the model of the earlier figures).
  * Before each node window, one change and one poll interval: the steady state of a cluster that changes,
- * where poll mode over HTTP/2 has seen its link stream (lib/k8s/poll_link.ts). The fleet has no warm-up:
- * its one change in the window is what relaxes poll mode's watches there.
+ * where poll mode over HTTP/2 has seen its link stream (lib/k8s/poll_link.ts); the fleet likewise.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -270,6 +269,8 @@ async function fleetFigures(): Promise<void> {
         );
       }
       await pause(2000);
+      change(srv); // as for one node: the steady state of a cluster that changes
+      await pause(intervalMs + 2000);
       const s0 = served(srv);
       const wire = () => clients.reduce((n, c) => n + c.relay.counts().toClient, 0);
       const r0 = wire();
