@@ -16,13 +16,12 @@
  * within one interval.
  */
 import { Reflector, type ReflectorTimings } from "./reflector.ts";
-import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
+import { ENDPOINTSLICES_RESOURCE, type ResourceEventHandler, type ResourceSpec } from "./resource.ts";
 import type { ResourceSink } from "./resource_sink.ts";
 import type { ApiStats } from "./stats.ts";
 import type { ApiTransport, Logger } from "./transport.ts";
 import type { KubeObject, ObjectStore } from "./store.ts";
 import { type PollLink, pollLinkFor } from "./poll_link.ts";
-import { ENDPOINTSLICES_RESOURCE } from "./resource.ts";
 
 /** Options of {@link Poller}. */
 export interface PollerOptions<T extends KubeObject> {

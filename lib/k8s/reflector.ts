@@ -497,7 +497,7 @@ export class Reflector<T extends KubeObject> {
     let relaxed = false;
     if (this.#bounded) {
       relaxed = this.#relaxed();
-      timeoutSeconds = this.#timeoutSeconds() * (relaxed ? this.#bounded.relaxedFactor : 1);
+      timeoutSeconds = Math.round(this.#timeoutSeconds() * (relaxed ? this.#bounded.relaxedFactor : 1));
       // A link that drops idle connections may also drop them silently: notice within about one more interval.
       marginMs = Math.min(marginMs, Math.max(1000, this.#bounded.intervalMs));
     } else {
