@@ -23,6 +23,8 @@
  * `--http2=false`, and sends bookmarks on watches that ask for them as a real one's watch cache does: every
  * 60 s and 2 s before a watch's timeoutSeconds deadline, only when the resourceVersion moved past what the
  * watcher was sent (`--watch-cache-bookmarks=false`: every 60 s, moved or not, the model of the earlier figures).
+ * Before each node window, one change and one poll interval: the steady state of a cluster that changes,
+ * where poll mode over HTTP/2 has seen its link stream (lib/k8s/poll_link.ts); the fleet likewise.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -206,6 +208,11 @@ async function nodeFigures(): Promise<void> {
       for (const mode of MODES) {
         const c = await startClient(mode, config, portOf(srv));
         await pause(2000); // settle: the first sync's watches are open
+        // Steady state has seen a change: over HTTP/2 that is what proves the link streams, after which poll
+        // mode bounds the watches other than the keeper at 3 × the interval. One change, then one interval
+        // for the watches in flight to end, before the window (every mode alike).
+        change(srv);
+        await pause(intervalMs + 2000);
         const s0 = served(srv);
         const r0 = c.relay.counts();
         const w0 = c.transport.bytesReceived;
@@ -262,6 +269,8 @@ async function fleetFigures(): Promise<void> {
         );
       }
       await pause(2000);
+      change(srv); // as for one node: the steady state of a cluster that changes
+      await pause(intervalMs + 2000);
       const s0 = served(srv);
       const wire = () => clients.reduce((n, c) => n + c.relay.counts().toClient, 0);
       const r0 = wire();

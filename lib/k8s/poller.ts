@@ -8,13 +8,20 @@
  * responses (each watch's data arrives only as it ends), the reflector falls back to LISTs with
  * resourceVersion=0 every interval and logs so once, trying a watch again every `watchRetryMs`. Handlers
  * see the same events as in watch mode.
+ *
+ * Over HTTP/2 the pollers of one transport share one connection and one {@link PollLink}: once a watch
+ * streamed, all but the keeper are bounded at `relaxedFactor` × the interval (lib/k8s/poll_link.ts). The
+ * keeper is the EndpointSlices watch by default: the resource that changes most often, so should the link
+ * start to buffer, the most frequent changes still wait at most one interval and the buffering is noticed
+ * within one interval.
  */
 import { Reflector, type ReflectorTimings } from "./reflector.ts";
-import type { ResourceEventHandler, ResourceSpec } from "./resource.ts";
+import { ENDPOINTSLICES_RESOURCE, type ResourceEventHandler, type ResourceSpec } from "./resource.ts";
 import type { ResourceSink } from "./resource_sink.ts";
 import type { ApiStats } from "./stats.ts";
 import type { ApiTransport, Logger } from "./transport.ts";
 import type { KubeObject, ObjectStore } from "./store.ts";
+import { type PollLink, pollLinkFor } from "./poll_link.ts";
 
 /** Options of {@link Poller}. */
 export interface PollerOptions<T extends KubeObject> {
@@ -27,6 +34,12 @@ export interface PollerOptions<T extends KubeObject> {
   relistPeriodMs?: number;
   /** After a fallback to LISTs, try a watch again this often (ms; default 10 min). */
   watchRetryMs?: number;
+  /** Shared by the pollers of one connection (default: the transport's own). */
+  link?: PollLink;
+  /** Ends every interval whatever the link (default: true for EndpointSlices, false otherwise). */
+  keeper?: boolean;
+  /** Non-keepers over HTTP/2 are bounded at this many intervals once the link streams (default 3). */
+  relaxedFactor?: number;
   /** The reflector's timings (watchTimeout* are replaced by the interval). */
   timings?: ReflectorTimings;
   log?: Logger;
@@ -54,6 +67,9 @@ export class Poller<T extends KubeObject> {
         intervalMs: opts.intervalMs,
         relistPeriodMs: opts.relistPeriodMs,
         watchRetryMs: opts.watchRetryMs,
+        link: opts.link ?? pollLinkFor(opts.transport),
+        keeper: opts.keeper ?? opts.spec.resource === ENDPOINTSLICES_RESOURCE.resource,
+        relaxedFactor: opts.relaxedFactor,
       },
     });
     this.sink = this.#r.sink;

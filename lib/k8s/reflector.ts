@@ -26,7 +26,9 @@
  * `relistPeriodMs` when set. When several watches in a row delivered their data only as they ended (a
  * proxy on the way buffers whole responses, so a watch is no better than a late list), it logs so once
  * and falls back to LISTs with resourceVersion=0 (served from the apiserver's watch cache) every interval,
- * trying one watch again every `watchRetryMs` (the proxy may have gone).
+ * trying one watch again every `watchRetryMs` (the proxy may have gone). Over HTTP/2, once the shared
+ * {@link PollLink} has seen a watch stream, watches other than the keeper are bounded at `relaxedFactor` ×
+ * the interval (lib/k8s/poll_link.ts says why).
  * `stop()` aborts everything and leaves no timer behind.
  */
 import { type Backoff, type BackoffOptions, sleep } from "./backoff.ts";
@@ -47,6 +49,7 @@ import {
 } from "./transport.ts";
 import type { KubeObject, ObjectStore } from "./store.ts";
 import { type WatchCursor, watchOnce, type WatchOutcome } from "./watch_stream.ts";
+import type { PollLink } from "./poll_link.ts";
 
 /** Tunables, all with production defaults; tests shorten them. */
 export interface ReflectorTimings {
@@ -77,7 +80,8 @@ export interface ReflectorTimings {
 export interface BoundedWatchOptions {
   /**
    * --poll-interval (ms): every watch's timeoutSeconds (rounded, at least 1 s), so no connection is idle
-   * longer; also the period of the resourceVersion=0 LISTs after a fallback.
+   * longer (a relaxed watch: `relaxedFactor` × that); also the period of the resourceVersion=0 LISTs after
+   * a fallback.
    */
   intervalMs: number;
   /** A full LIST this often even while watches work (ms; 0 or unset: only at start and after a 410). */
@@ -86,6 +90,12 @@ export interface BoundedWatchOptions {
   bufferedLimit?: number;
   /** After a fallback, try one bounded watch again this often (ms, default 10 min): the proxy may be gone. */
   watchRetryMs?: number;
+  /** Shared with the other watches of the same connection; unset: every watch is bounded at the interval. */
+  link?: PollLink;
+  /** This watch ends every interval whatever the link: it keeps the shared connection from idling. */
+  keeper?: boolean;
+  /** Non-keeper watches over HTTP/2 are bounded at this many intervals once the link streams (default 3). */
+  relaxedFactor?: number;
 }
 
 /** Options of {@link Reflector}. */
@@ -108,6 +118,28 @@ const GARBLED_REPEAT_MS = 10_000;
 /** Data that arrives this close to the end of a watch arrived "at the end" (buffering detection). */
 const AT_END_MS = 250;
 
+/** How a bounded watch's data travelled, judged from a watch the server ended at its timeout. */
+export type WatchDelivery = "buffered" | "streamed" | "unknown";
+
+/**
+ * Buffering detection for bounded watches, and its opposite: a watch whose headers, or whose first data,
+ * arrived only as it ended (in the second half of its `timeoutSeconds`, within {@link AT_END_MS} of its
+ * end) was held back by something on the way; one whose data arrived well before its end streamed. A cut
+ * connection, or a watch that received nothing early enough to tell, says nothing either way.
+ */
+export function watchDelivery(
+  out: Extract<WatchOutcome, { kind: "ended" }>,
+  timeoutSeconds: number,
+): WatchDelivery {
+  if (!out.closedByServer) return "unknown";
+  const halfMs = timeoutSeconds * 500;
+  if (out.headersMs >= halfMs) return "buffered";
+  if (out.firstChunkMs === null) return "unknown";
+  const atEnd = out.lastedMs - out.firstChunkMs <= AT_END_MS;
+  if (!atEnd) return "streamed";
+  return out.firstChunkMs >= halfMs ? "buffered" : "unknown";
+}
+
 /** List+watch loop for one resource; see the module header. */
 export class Reflector<T extends KubeObject> {
   readonly sink: ResourceSink<T>;
@@ -127,7 +159,11 @@ export class Reflector<T extends KubeObject> {
   #watches = 0;
   #listedAt = Number.NEGATIVE_INFINITY;
   #garbledAt = Number.NEGATIVE_INFINITY;
-  readonly #bounded: Required<BoundedWatchOptions> | undefined;
+  readonly #bounded:
+    | Required<Omit<BoundedWatchOptions, "link">> & Pick<BoundedWatchOptions, "link">
+    | undefined;
+  /** timeoutSeconds of the watch in flight (or the last one). */
+  #watchTimeoutS = 0;
   /** Bounded watches in a row that looked buffered. */
   #bufferedInARow = 0;
   /** Watches gave way to resourceVersion=0 LISTs every interval. */
@@ -181,7 +217,13 @@ export class Reflector<T extends KubeObject> {
         relistPeriodMs: opts.bounded.relistPeriodMs ?? 0,
         bufferedLimit: opts.bounded.bufferedLimit ?? 3,
         watchRetryMs: opts.bounded.watchRetryMs ?? 10 * 60_000,
+        link: opts.bounded.link,
+        keeper: opts.bounded.keeper ?? false,
+        relaxedFactor: opts.bounded.relaxedFactor ?? 3,
       };
+      if (!(this.#bounded.relaxedFactor >= 1)) {
+        throw new Error(`relaxed watch factor must be at least 1, got ${this.#bounded.relaxedFactor}`);
+      }
     }
     this.sink = new ResourceSink(opts.spec, opts.handler, this.#log, this.#stats, opts.store);
     this.#failures = new FailureTracker(
@@ -215,10 +257,14 @@ export class Reflector<T extends KubeObject> {
 
   /** Starts the loop (idempotent). */
   start(): void {
-    this.#running ??= this.#run().catch((e) => {
+    if (this.#running) return;
+    // Without a running keeper, nobody else keeps the shared connection busy: nothing relaxes.
+    const b = this.#bounded;
+    const unkeep = b?.keeper && b.link ? b.link.addKeeper() : () => {};
+    this.#running = this.#run().catch((e) => {
       // Unreachable by design; never let a bug become an unhandled rejection.
       this.#log.error(`reflector ${this.#spec.resource} ended unexpectedly: ${errorChain(e)}`);
-    });
+    }).finally(unkeep);
   }
 
   /** Aborts the list or watch in flight and any wait; resolves when the loop has ended. */
@@ -256,7 +302,10 @@ export class Reflector<T extends KubeObject> {
       const out = await this.#watch(signal);
       switch (out.kind) {
         case "stopped":
-          return;
+          if (signal.aborted) return;
+          // A relaxed watch ended because the link looked buffered: resume at once, at the interval.
+          this.#log.debug(`watch ${this.#spec.resource}: the link may buffer; resuming at the poll interval`);
+          break;
         case "ended":
           if (out.received === 0 && out.lastedMs < this.#timings.shortWatchMs) {
             // client-go's "very short watch": the server accepts watches and ends them at once; back off.
@@ -313,11 +362,10 @@ export class Reflector<T extends KubeObject> {
    */
   #checkBuffered(out: Extract<WatchOutcome, { kind: "ended" }>): void {
     if (!out.closedByServer) return; // a cut connection says nothing either way
-    const halfMs = this.#timeoutSeconds() * 500;
-    const buffered = out.headersMs >= halfMs ||
-      (out.firstChunkMs !== null && out.firstChunkMs >= halfMs &&
-        out.lastedMs - out.firstChunkMs <= AT_END_MS);
-    if (!buffered) {
+    const delivery = watchDelivery(out, this.#watchTimeoutS);
+    const link = this.#bounded!.link;
+    if (delivery === "streamed") link?.proven();
+    if (delivery !== "buffered") {
       this.#bufferedInARow = 0;
       if (this.#retrying) {
         this.#retrying = false;
@@ -325,6 +373,7 @@ export class Reflector<T extends KubeObject> {
       }
       return;
     }
+    link?.suspect();
     this.#bufferedInARow++;
     const b = this.#bounded!;
     if (this.#bufferedInARow < b.bufferedLimit) return;
@@ -356,6 +405,12 @@ export class Reflector<T extends KubeObject> {
   /** Bounded watches time out after the poll interval (whole seconds, at least 1). */
   #timeoutSeconds(): number {
     return Math.max(1, Math.round(this.#bounded!.intervalMs / 1000));
+  }
+
+  /** A watch other than the keeper, over HTTP/2, on a link that has proven it streams, may run longer. */
+  #relaxed(): boolean {
+    const b = this.#bounded!;
+    return !b.keeper && b.link !== undefined && b.link.relaxed && this.#t.protocol === "h2";
   }
 
   /** A 410 right after a fresh list means the server cannot serve our watch: back off instead of spinning. */
@@ -439,8 +494,10 @@ export class Reflector<T extends KubeObject> {
     const tm = this.#timings;
     let timeoutSeconds: number;
     let marginMs = tm.watchdogMarginMs;
+    let relaxed = false;
     if (this.#bounded) {
-      timeoutSeconds = this.#timeoutSeconds();
+      relaxed = this.#relaxed();
+      timeoutSeconds = Math.round(this.#timeoutSeconds() * (relaxed ? this.#bounded.relaxedFactor : 1));
       // A link that drops idle connections may also drop them silently: notice within about one more interval.
       marginMs = Math.min(marginMs, Math.max(1000, this.#bounded.intervalMs));
     } else {
@@ -448,8 +505,23 @@ export class Reflector<T extends KubeObject> {
       timeoutSeconds = Math.floor(tm.watchTimeoutMinSeconds + tm.random() * spanS);
     }
     const silenceMs = tm.watchdogMs ?? timeoutSeconds * 1000 + marginMs;
+    this.#watchTimeoutS = timeoutSeconds;
     if (this.#watches > 0) this.#stats?.recordWatchRestart(this.#spec.resource);
     this.#watches++;
+    // A relaxed watch ends as soon as the link looks buffered (it reports "stopped"; the loop resumes).
+    let signal = stopSignal;
+    let unsubscribe = () => {};
+    if (relaxed) {
+      const ctl = new AbortController();
+      const abort = () => ctl.abort(new DOMException("link may buffer", "AbortError"));
+      stopSignal.addEventListener("abort", abort, { once: true });
+      const off = this.#bounded!.link!.onSuspect(abort);
+      unsubscribe = () => {
+        off();
+        stopSignal.removeEventListener("abort", abort);
+      };
+      signal = ctl.signal;
+    }
     return watchOnce({
       transport: this.#t,
       spec: this.#spec,
@@ -460,6 +532,6 @@ export class Reflector<T extends KubeObject> {
       silenceMs,
       maxEventBytes: tm.maxEventBytes,
       onAccepted: () => this.#failures.ok("watch"),
-    }, stopSignal);
+    }, signal).finally(unsubscribe);
   }
 }

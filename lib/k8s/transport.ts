@@ -174,6 +174,14 @@ export class ApiTransport {
     return { ...this.#received };
   }
 
+  /**
+   * The HTTP version the server chose ("h2" or "http/1.1"), or undefined before the first connection or
+   * with a fetch that does not say. Poll mode relaxes bounded watches only over HTTP/2 (one connection).
+   */
+  get protocol(): "h2" | "http/1.1" | undefined {
+    return this.#fetch?.fetch.protocol;
+  }
+
   /** Full URL for a path and query (undefined and "" values are left out). */
   url(path: string, query: Record<string, string | undefined> = {}): string {
     const u = new URL(this.config.server + path);

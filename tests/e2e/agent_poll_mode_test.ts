@@ -232,9 +232,11 @@ describe(
       );
       assertWithin("steady state", lags, WATCH_BOUND_MS);
       assert.equal(total(lists), 0, `no LIST in steady state; got ${JSON.stringify(lists)}`);
-      // Bounded watches: each resource re-watched about once per interval (not one endless watch).
+      // Bounded watches: each resource re-watched about once per interval (not one endless watch); over
+      // HTTP/2, once the link streamed, all but the EndpointSlices watch (the keeper) at 3 × the interval.
       for (const k of RESOURCES) {
-        assert.ok(watches[k] >= Math.floor(elapsed / INTERVAL_MS / 2), `${k} watches: ${watches[k]}`);
+        const boundMs = k === "endpointslices" ? INTERVAL_MS : 3 * INTERVAL_MS;
+        assert.ok(watches[k] >= Math.floor(elapsed / boundMs / 2), `${k} watches: ${watches[k]}`);
       }
       assert.equal(c.agent!.exit(), null);
     });
