@@ -702,8 +702,9 @@ export const FLAGS: readonly FlagDef[] = [
   opt("poll-interval", "duration", "pollInterval", positiveDuration, durationText, {
     group: "edgeproxy",
     usage:
-      "With --api-mode=poll, the longest a watch stays open (its timeoutSeconds), and the time between " +
-      "two lists when watches are buffered. Must be greater than 0.",
+      "With --api-mode=poll, how long a watch stays open (its timeoutSeconds; over HTTP/2, once the link " +
+      "streams, 3 times this for all but the EndpointSlices watch), and the time between two lists when " +
+      "watches are buffered. Must be greater than 0.",
   }),
   opt("manifests", "string", "manifests", (r) => r, quoted, {
     group: "edgeproxy",
