@@ -20,6 +20,7 @@ import { StateCacheWriter } from "../source/state_cache_writer.ts";
 import { localAddresses, primaryNodeIP } from "../proxy/node_addresses.ts";
 import { RealClock } from "../runtime/clock.ts";
 import { MemoryRelease, releaseMemory } from "../runtime/memory.ts";
+import { pageOutExecutable, type PageOutResult } from "../runtime/code_pages.ts";
 import { ApiStats } from "../k8s/stats.ts";
 import { installShutdownSignals } from "./shutdown.ts";
 import { killProcessGroups } from "../runtime/process_groups.ts";
@@ -127,6 +128,16 @@ function logReleased(ms: number): void {
   );
 }
 
+/** Logs what the page-out of the executable's start-up pages gave back (once per process). */
+function logPagedOut(r: PageOutResult | null): void {
+  if (r === null) return;
+  const mib = (kib: number) => (kib / 1024).toFixed(1);
+  const text = `paged out the executable's start-up code: resident file pages ${mib(r.rssFileKiBBefore)} → ` +
+    `${mib(r.rssFileKiBAfter)} MiB`;
+  if (r.error !== undefined) log.warn(`${text}; madvise refused a mapping: ${r.error}`);
+  else log.info(text);
+}
+
 /**
  * Runs edgeproxy until SIGTERM/SIGINT (or, with --dry-run, until every family has printed one sync).
  * Resolves to the process exit code.
@@ -160,7 +171,17 @@ export async function runAgent(
   signals.takeOver();
 
   const clock = new RealClock();
-  const memoryRelease = new MemoryRelease(clock, MEMORY_RELEASE_DELAY_MS, releaseMemory, logReleased);
+  // The first release follows the first full sync: start-up is over, so its code pages go too.
+  let startupPagedOut = false;
+  const release = () => {
+    const ran = releaseMemory();
+    if (!startupPagedOut) {
+      startupPagedOut = true;
+      pageOutExecutable().then(logPagedOut, (e: Error) => log.warn(`paging out start-up code: ${e.message}`));
+    }
+    return ran;
+  };
+  const memoryRelease = new MemoryRelease(clock, MEMORY_RELEASE_DELAY_MS, release, logReleased);
   const apiStats = new ApiStats();
   let store: StateStore | null = null;
   let cacheAgeBaseMs: number | null = null;
