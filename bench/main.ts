@@ -8,6 +8,7 @@
  *   bun bench/main.ts [--ci] [--sizes=1000,5000,10000] [--trap-sizes=2000] [--only=render,restore,agent,idle]
  *                     [--binary=dist/edgeproxy] [--restore-timeout=300] [--changes=5] [--repeats=5]
  *                     [--out=bench/results.json] [--reuse=<earlier results.json for the stages not run>]
+ *                     [--idle-settle=<seconds after the idle agent's first sync, 35>]
  */
 import { parseArgs } from "node:util";
 import { readFileSync, statSync, writeFileSync } from "node:fs";
@@ -52,6 +53,8 @@ export interface BenchOptions {
   readonly out: string;
   /** An earlier results.json whose figures fill the stages not selected now (e.g. re-running the agent only). */
   readonly reuse: string | null;
+  /** Idle RSS is read this long after the idle agent's first sync: past one full resync and drift check. */
+  readonly idleSettleMs: number;
 }
 
 function numbers(s: string, flag: string): number[] {
@@ -77,6 +80,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
       repeats: { type: "string" },
       out: { type: "string" },
       reuse: { type: "string" },
+      "idle-settle": { type: "string" },
     },
     strict: true,
   });
@@ -112,6 +116,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     repeats: int(values.repeats, "repeats", ci ? 3 : 5),
     out: values.out ?? join(REPO, "bench/results.json"),
     reuse: values.reuse ?? null,
+    idleSettleMs: int(values["idle-settle"], "idle-settle", 35) * 1000,
   };
 }
 
@@ -224,7 +229,7 @@ export async function runBench(o: BenchOptions): Promise<BenchResults> {
   let idleRss: BenchResults["idleRss"] = null;
   if (o.stages.has("idle") && agentReason === "") {
     progress("idle agent (empty cluster)");
-    idleRss = await benchIdleRss(o.binary, syntheticCluster({ services: 0 }).node, 5000, 60_000);
+    idleRss = await benchIdleRss(o.binary, syntheticCluster({ services: 0 }).node, o.idleSettleMs, 60_000);
   }
 
   if (o.reuse !== null) {
