@@ -14,7 +14,7 @@ import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
-import { anonymousSetNamer, type EncodeOptions, encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { anonymousSetNamer, type EncodeOptions, NftBatchEncoder } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory } from "../../runtime/memory.ts";
 
@@ -124,6 +124,8 @@ export class NftSession implements NftTransactionRunner {
   refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
+  /** Encodes every batch into the same growing buffer. */
+  readonly #encoder = new NftBatchEncoder();
   /**
    * The kernel walks every set of the table for each lookup by name, and parses every set's name to
    * number an anonymous "__map%d": a first sync creating one anonymous map per service port was
@@ -213,17 +215,16 @@ export class NftSession implements NftTransactionRunner {
    * statements (nothing was sent). Throws an NftTransactionError naming the refused statement.
    */
   #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
-    let messages;
+    let batch;
     try {
-      messages = encodeTransaction(transaction, this.#encode);
+      batch = this.#encoder.encode(transaction, this.#seq, this.#encode);
     } catch (e) {
       if (!(e instanceof NftNetlinkUnsupported)) throw e;
       this.fallbacks++;
       this.options.onFallback?.(`${e.what} in: ${e.statement}`);
       return false;
     }
-    if (messages.length === 0) return true;
-    const batch = frameBatch(messages, this.#seq);
+    if (batch.messages === 0) return true;
     this.#seq = (batch.lastSeq + 2) % 0x7fffffff || 1;
     let outcome;
     try {

@@ -6,9 +6,11 @@
  */
 import {
   bitwise,
+  bitwiseU32le,
   cmp,
   CMP_EQ,
   CMP_NEQ,
+  cmpU32le,
   CT_STATE,
   ctLoad,
   dnat,
@@ -41,7 +43,7 @@ import {
 } from "./expressions.ts";
 import { parsePrefix, protocolNumber } from "./datatypes.ts";
 import { NftNetlinkUnsupported } from "./unsupported.ts";
-import type { NlAttr } from "./attrs.ts";
+import type { NlWriter } from "./attrs.ts";
 
 /** What a rule needs from the batch it is encoded into. */
 export interface RuleContext {
@@ -133,14 +135,7 @@ const ADDRESS_FIELDS = {
 /** A field loaded into registers: its size in bytes and the expression loading it. */
 interface Field {
   readonly size: number;
-  load(dreg: number): NlAttr;
-}
-
-/** A u32 in host (little-endian) order, as marks, ct state and numgen values are kept. */
-function hostU32(n: number): Uint8Array {
-  const b = new Uint8Array(4);
-  new DataView(b.buffer).setUint32(0, n >>> 0, true);
-  return b;
+  load(w: NlWriter, dreg: number): void;
 }
 
 /** Splits rule text into tokens; braces and commas are tokens of their own. */
@@ -148,10 +143,12 @@ export function tokenize(text: string): string[] {
   return text.replace(/([{},])/g, " $1 ").split(/\s+/).filter((t) => t !== "");
 }
 
-/** Encodes rule `text` (without its comment) into NFTA_LIST_ELEMs, in order. */
-export function encodeRule(text: string, ctx: RuleContext, statement = text): NlAttr[] {
+/**
+ * Writes rule `text` (without its comment) into `out` as NFTA_LIST_ELEMs, in order. The anonymous sets
+ * it needs go to `ctx`, which writes their messages elsewhere (they precede the rule's).
+ */
+export function encodeRule(out: NlWriter, text: string, ctx: RuleContext, statement = text): void {
   const tokens = tokenize(text);
-  const out: NlAttr[] = [];
   let i = 0;
   const fail = (what: string): never => {
     throw new NftNetlinkUnsupported(statement, what);
@@ -174,15 +171,15 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       const f = ADDRESS_FIELDS[ctx.family];
       const offset = peek(1) === "saddr" ? f.saddr : f.daddr;
       i += 2;
-      return { size: f.size, load: (d) => payload(d, PAYLOAD_NETWORK, offset, f.size) };
+      return { size: f.size, load: (w, d) => payload(w, d, PAYLOAD_NETWORK, offset, f.size) };
     }
     if (t === "meta" && peek(1) === "l4proto") {
       i += 2;
-      return { size: 1, load: (d) => metaLoad(META_L4PROTO, d) };
+      return { size: 1, load: (w, d) => metaLoad(w, META_L4PROTO, d) };
     }
     if (t === "th" && peek(1) === "dport") {
       i += 2;
-      return { size: 2, load: (d) => payload(d, PAYLOAD_TRANSPORT, 2, 2) };
+      return { size: 2, load: (w, d) => payload(w, d, PAYLOAD_TRANSPORT, 2, 2) };
     }
     return null;
   };
@@ -210,7 +207,7 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
   };
 
   /** An address match on a loaded field: "[!=] addr|prefix|{ one }". */
-  const addressMatch = (size: number, load: (dreg: number) => NlAttr, offset: number) => {
+  const addressMatch = (size: number, offset: number) => {
     let op = CMP_EQ;
     if (peek() === "!=") {
       op = CMP_NEQ;
@@ -234,7 +231,8 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
         });
         const field = offset === ADDRESS_FIELDS[ctx.family].saddr ? "saddr" : "daddr";
         const set = ctx.anonymousIntervalSet(field, mergeRanges(ranges));
-        out.push(load(REG_1), lookup(REG_1, set.name, set.id, null, op === CMP_NEQ));
+        payload(out, REG_1, PAYLOAD_NETWORK, offset, size);
+        lookup(out, REG_1, set.name, set.id, null, op === CMP_NEQ);
         return;
       }
       // nft turns a one-element anonymous set into a plain comparison.
@@ -246,7 +244,8 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
     if (prefix % 8 === 0 && prefix > 0) {
       // A byte-aligned prefix: nft loads and compares only its bytes.
       const n = prefix / 8;
-      out.push(payload(REG_1, PAYLOAD_NETWORK, offset, n), cmp(REG_1, op, bytes.subarray(0, n)));
+      payload(out, REG_1, PAYLOAD_NETWORK, offset, n);
+      cmp(out, REG_1, op, bytes.subarray(0, n));
       return;
     }
     if (prefix === 0) fail("zero-length prefix");
@@ -255,7 +254,9 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       const bits = prefix - 8 * b;
       mask[b] = bits >= 8 ? 0xff : bits <= 0 ? 0 : (0xff << (8 - bits)) & 0xff;
     }
-    out.push(load(REG_1), bitwise(REG_1, REG_1, mask, new Uint8Array(size)), cmp(REG_1, op, bytes));
+    payload(out, REG_1, PAYLOAD_NETWORK, offset, size);
+    bitwise(out, REG_1, REG_1, mask, new Uint8Array(size));
+    cmp(out, REG_1, op, bytes);
   };
 
   let done = false;
@@ -264,7 +265,7 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
     const t = peek()!;
     const v = verdict();
     if (v !== null) {
-      out.push(immediateVerdict(v));
+      immediateVerdict(out, v);
       done = true;
       continue;
     }
@@ -273,20 +274,21 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       const f = ADDRESS_FIELDS[ctx.family];
       const offset = peek(1) === "saddr" ? f.saddr : f.daddr;
       i += 2;
-      const load = (d: number) => payload(d, PAYLOAD_NETWORK, offset, f.size);
       if (peek()?.startsWith("@")) {
         const s = setRef();
-        out.push(load(REG_1), lookup(REG_1, s.name, s.id, null));
+        payload(out, REG_1, PAYLOAD_NETWORK, offset, f.size);
+        lookup(out, REG_1, s.name, s.id, null);
         continue;
       }
-      addressMatch(f.size, load, offset);
+      addressMatch(f.size, offset);
       continue;
     }
     if (t === "meta" && peek(1) === "l4proto" && peek(2) !== ".") {
       i += 2;
       const proto = protocolNumber(next());
       if (proto === null) fail(`protocol ${JSON.stringify(tokens[i - 1])}`);
-      out.push(metaLoad(META_L4PROTO, REG_1), cmp(REG_1, CMP_EQ, Uint8Array.of(proto!)));
+      metaLoad(out, META_L4PROTO, REG_1);
+      cmp(out, REG_1, CMP_EQ, Uint8Array.of(proto!));
       continue;
     }
     const first = field();
@@ -301,12 +303,12 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       }
       let word = 0;
       for (const f of fields) {
-        out.push(f.load(reg32(word)));
+        f.load(out, reg32(word));
         word += (f.size + 3) >> 2;
       }
       expect("vmap");
       const s = setRef();
-      out.push(lookup(REG_1, s.name, s.id, REG_VERDICT));
+      lookup(out, REG_1, s.name, s.id, REG_VERDICT);
       done = true;
       continue;
     }
@@ -323,7 +325,8 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       // A wildcard compares only the prefix; an exact name all of IFNAMSIZ, NUL-padded.
       const data = name.endsWith("*") ? bytes : new Uint8Array(IFNAMSIZ);
       if (!name.endsWith("*")) data.set(bytes);
-      out.push(metaLoad(META_IIFNAME, REG_1), cmp(REG_1, op, data));
+      metaLoad(out, META_IIFNAME, REG_1);
+      cmp(out, REG_1, op, data);
       continue;
     }
     if (t === "ct") {
@@ -331,8 +334,9 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       expect("state");
       expect("new");
       // ct state is a host-order bitmask; "new" is IP_CT_NEW's bit, 8.
-      out.push(ctLoad(CT_STATE, REG_1), bitwise(REG_1, REG_1, hostU32(8), hostU32(0)));
-      out.push(cmp(REG_1, CMP_NEQ, hostU32(0)));
+      ctLoad(out, CT_STATE, REG_1);
+      bitwiseU32le(out, REG_1, REG_1, 8, 0);
+      cmpU32le(out, REG_1, CMP_NEQ, 0);
       continue;
     }
     if (t === "mark") {
@@ -345,11 +349,13 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
         const value = Number(next());
         if (!Number.isInteger(value)) fail(`mark value ${JSON.stringify(tokens[i - 1])}`);
         if (op === "or") {
-          out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(~value), hostU32(value), true));
+          metaLoad(out, m, REG_1);
+          bitwiseU32le(out, REG_1, REG_1, ~value, value, true);
         } else if (op === "xor") {
-          out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(0xffffffff), hostU32(value), true));
+          metaLoad(out, m, REG_1);
+          bitwiseU32le(out, REG_1, REG_1, 0xffffffff, value, true);
         } else fail(`mark operator ${JSON.stringify(op)}`);
-        out.push(metaSet(m, REG_1));
+        metaSet(out, m, REG_1);
         continue;
       }
       expect("and");
@@ -357,8 +363,9 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       expect("==");
       const value = Number(next());
       if (!Number.isInteger(mask) || !Number.isInteger(value)) fail("mark comparison value");
-      out.push(metaLoad(m, REG_1), bitwise(REG_1, REG_1, hostU32(mask), hostU32(0), true));
-      out.push(cmp(REG_1, CMP_EQ, hostU32(value)));
+      metaLoad(out, m, REG_1);
+      bitwiseU32le(out, REG_1, REG_1, mask, 0, true);
+      cmpU32le(out, REG_1, CMP_EQ, value);
       continue;
     }
     if (t === "fib") {
@@ -367,8 +374,8 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       if (which !== "saddr" && which !== "daddr") fail(`fib ${which}`);
       expect("type");
       expect("local");
-      out.push(fib(which === "saddr" ? FIB_SADDR : FIB_DADDR, FIB_RESULT_ADDRTYPE, REG_1));
-      out.push(cmp(REG_1, CMP_EQ, hostU32(RTN_LOCAL)));
+      fib(out, which === "saddr" ? FIB_SADDR : FIB_DADDR, FIB_RESULT_ADDRTYPE, REG_1);
+      cmpU32le(out, REG_1, CMP_EQ, RTN_LOCAL);
       continue;
     }
     if (t === "numgen") {
@@ -392,20 +399,21 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
         if (sep !== ",") fail(`token ${JSON.stringify(sep)} in vmap`);
       }
       const map = ctx.anonymousVerdictMap(verdicts);
-      out.push(numgenRandom(REG_1, mod), lookup(REG_1, map.name, map.id, REG_VERDICT));
+      numgenRandom(out, REG_1, mod);
+      lookup(out, REG_1, map.name, map.id, REG_VERDICT);
       done = true;
       continue;
     }
     if (t === "reject" && tokens.length === i + 1) {
       i++;
-      out.push(reject(0, REJECT_PORT_UNREACH[ctx.family]));
+      reject(out, 0, REJECT_PORT_UNREACH[ctx.family]);
       done = true;
       continue;
     }
     if (t === "masquerade") {
       i++;
       expect("fully-random");
-      out.push(masq(NAT_RANDOM_FULLY));
+      masq(out, NAT_RANDOM_FULLY);
       done = true;
       continue;
     }
@@ -419,11 +427,9 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
         fail(`dnat target ${JSON.stringify(target)}`);
       }
       const port = Number(m![2]);
-      out.push(
-        immediateValue(REG_1, addr!.bytes),
-        immediateValue(REG_2, Uint8Array.of(port >> 8, port & 0xff)),
-      );
-      out.push(dnat(NFPROTO[ctx.family], REG_1, REG_2));
+      immediateValue(out, REG_1, addr!.bytes);
+      immediateValue(out, REG_2, Uint8Array.of(port >> 8, port & 0xff));
+      dnat(out, NFPROTO[ctx.family], REG_1, REG_2);
       done = true;
       continue;
     }
@@ -434,10 +440,10 @@ export function encodeRule(text: string, ctx: RuleContext, statement = text): Nl
       const f = field();
       if (f === null) fail("update key");
       expect("}");
-      out.push(f!.load(REG_1), dynsetUpdate(REG_1, s.name, s.id));
+      f!.load(out, REG_1);
+      dynsetUpdate(out, REG_1, s.name, s.id);
       continue;
     }
     fail(`statement ${JSON.stringify(t)}`);
   }
-  return out;
 }
