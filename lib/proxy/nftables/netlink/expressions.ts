@@ -62,12 +62,12 @@ export function dataValueU32le(w: NlWriter, type: number, value: number): void {
   w.end(at);
 }
 
-/** NFTA_DATA_VERDICT inside a nest of type `type`. */
-export function dataVerdict(w: NlWriter, type: number, v: Verdict): void {
+/** NFTA_DATA_VERDICT (`code`, and for jump/goto `chain`) inside a nest of type `type`. */
+export function dataVerdict(w: NlWriter, type: number, code: number, chain?: string): void {
   const outer = w.beginNest(type);
   const inner = w.beginNest(NFTA_DATA_VERDICT);
-  w.u32be(NFTA_VERDICT_CODE, v.code);
-  if (v.chain !== undefined) w.str(NFTA_VERDICT_CHAIN, v.chain);
+  w.u32be(NFTA_VERDICT_CODE, code);
+  if (chain !== undefined) w.str(NFTA_VERDICT_CHAIN, chain);
   w.end(inner);
   w.end(outer);
 }
@@ -202,11 +202,11 @@ export function lookup(
   endExpr(w, e);
 }
 
-/** `immediate reg 0 <verdict>`. */
-export function immediateVerdict(w: NlWriter, v: Verdict): void {
+/** `immediate reg 0 <verdict>` (`code`, and for jump/goto `chain`). */
+export function immediateVerdict(w: NlWriter, code: number, chain?: string): void {
   const e = beginExpr(w, "immediate");
   w.u32be(1, REG_VERDICT);
-  dataVerdict(w, 2, v);
+  dataVerdict(w, 2, code, chain);
   endExpr(w, e);
 }
 
