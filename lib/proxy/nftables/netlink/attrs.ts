@@ -83,7 +83,10 @@ export class NlWriter {
     return this.#buf.subarray(from, to);
   }
 
-  /** Makes room for `n` more bytes; returns the offset they start at. */
+  /**
+   * Makes room for `n` more bytes; returns the offset they start at. It may replace #buf and #view: read
+   * them after calling it, never in the same expression.
+   */
   #grow(n: number): number {
     const at = this.#len;
     const need = at + n;
@@ -148,28 +151,32 @@ export class NlWriter {
   /** A one-byte attribute. */
   u8(type: number, value: number): void {
     const at = this.begin(type);
-    this.#buf[this.#grow(1)] = value;
+    const v = this.#grow(1);
+    this.#buf[v] = value;
     this.end(at);
   }
 
   /** A big-endian u32 attribute (nf_tables' NLA_U32 values are in network order). */
   u32be(type: number, value: number): void {
     const at = this.begin(type);
-    this.#view.setUint32(this.#grow(4), value >>> 0, false);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, false);
     this.end(at);
   }
 
   /** A host-order (little-endian) u32 attribute: marks, ct state, fib results and numgen keys as data. */
   u32le(type: number, value: number): void {
     const at = this.begin(type);
-    this.#view.setUint32(this.#grow(4), value >>> 0, true);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, true);
     this.end(at);
   }
 
   /** A big-endian u64 attribute (timeouts in milliseconds). */
   u64be(type: number, value: number): void {
     const at = this.begin(type);
-    this.#view.setBigUint64(this.#grow(8), BigInt(value), false);
+    const v = this.#grow(8);
+    this.#view.setBigUint64(v, BigInt(value), false);
     this.end(at);
   }
 
@@ -177,7 +184,8 @@ export class NlWriter {
   str(type: number, value: string): void {
     const at = this.begin(type);
     this.#text(value);
-    this.#buf[this.#grow(1)] = 0;
+    const nul = this.#grow(1);
+    this.#buf[nul] = 0;
     this.end(at);
   }
 
@@ -218,7 +226,8 @@ export class NlWriter {
   /** A user-data u32 in host (little-endian) order. */
   udU32(type: number, value: number): void {
     const at = this.udBegin(type);
-    this.#view.setUint32(this.#grow(4), value >>> 0, true);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, true);
     this.udEnd(at);
   }
 
@@ -226,7 +235,8 @@ export class NlWriter {
   udString(type: number, value: string): void {
     const at = this.udBegin(type);
     this.#text(value);
-    this.#buf[this.#grow(1)] = 0;
+    const nul = this.#grow(1);
+    this.#buf[nul] = 0;
     this.udEnd(at);
   }
 
