@@ -72,6 +72,18 @@ export class NlWriter {
     this.#len = 0;
   }
 
+  /**
+   * Makes the buffer hold at least `bytes` (what was written is kept): one allocation of the size a batch
+   * needs instead of doubling up to it, which left every smaller buffer behind as garbage.
+   */
+  reserve(bytes: number): void {
+    if (bytes <= this.#buf.length) return;
+    const buf = new Uint8Array(bytes);
+    buf.set(this.#buf.subarray(0, this.#len));
+    this.#buf = buf;
+    this.#view = new DataView(buf.buffer);
+  }
+
   /** Drops what was written after `length` (an earlier {@link length}). */
   truncate(length: number): void {
     if (length > this.#len) throw new RangeError(`truncate to ${length} of ${this.#len} bytes`);
