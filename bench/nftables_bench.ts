@@ -157,7 +157,8 @@ try {
       // Upstream deletes stale chains in a later sync; do it between measurements.
       await proc.run(inc.staleChainDeletion(base));
     }
-    const med = (xs: number[]) => round(summarize(xs).median);
+    // A writer can get no change to commit (--changes 3 skips the Services that are not ClusterIP).
+    const med = (xs: number[]) => xs.length === 0 ? NaN : round(summarize(xs).median);
     const nlMs = ours.flatMap((o) => o.nl ?? []);
     const libMs = ours.flatMap((o) => o.lib ?? []);
     const procMs = ours.flatMap((o) => o.proc ?? []);

@@ -14,7 +14,7 @@ import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
 import { runInProcessGroup } from "../../runtime/process_groups.ts";
 import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch_socket.ts";
-import { anonymousSetNamer, type EncodeOptions, encodeTransaction, frameBatch } from "./netlink/batch.ts";
+import { anonymousSetNamer, type EncodeOptions, NftBatchEncoder } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory } from "../../runtime/memory.ts";
 
@@ -81,7 +81,9 @@ export interface NftSessionOptions {
 /**
  * Netlink batch bytes sent between two forced collections (see #applyNetlink). Each collection of the
  * agent's heap takes ~50–100 ms at 5k–10k Services: every MiB cost 1.1–1.6 s of a 5k first sync for no
- * lower peak than every 4 MiB (bench/nftables_bench.ts prints the peak).
+ * lower peak than every 4 MiB. With the encoder writing into one buffer (about a third of the garbage) the
+ * collection is still needed: without it the agent's peak at 5k was 379–398 MiB against 303–324, and every
+ * 16 MiB gave 14 MiB more in-process (bench/README.md, "nftables netlink encoder without an attribute tree").
  */
 const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
 
@@ -124,6 +126,8 @@ export class NftSession implements NftTransactionRunner {
   refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
+  /** Encodes every batch into the same growing buffer. */
+  readonly #encoder = new NftBatchEncoder();
   /**
    * The kernel walks every set of the table for each lookup by name, and parses every set's name to
    * number an anonymous "__map%d": a first sync creating one anonymous map per service port was
@@ -180,9 +184,9 @@ export class NftSession implements NftTransactionRunner {
           `the kernel refused the netlink batch, retried through nft: ${e.nftError}`,
         );
       }
-      // Encoding leaves many small buffers behind, which Bun collects lazily: a first sync's chunks raised
-      // the peak RSS during the commits from ~190 to ~390 MiB at 5k Services. Collected here, once the
-      // encoder's buffers are out of scope, every few MiB sent.
+      // Encoding (a rule's tokens, element keys) and the chunks themselves leave garbage that Bun collects
+      // lazily: without this the peak RSS of a 5k first sync rose by ~60–90 MiB. Collected here, once a
+      // batch is out of scope, every few MiB sent.
       if (this.#sentSinceRelease >= RELEASE_AFTER_BYTES) {
         this.#sentSinceRelease = 0;
         releaseMemory();
@@ -213,17 +217,16 @@ export class NftSession implements NftTransactionRunner {
    * statements (nothing was sent). Throws an NftTransactionError naming the refused statement.
    */
   #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
-    let messages;
+    let batch;
     try {
-      messages = encodeTransaction(transaction, this.#encode);
+      batch = this.#encoder.encode(transaction, this.#seq, this.#encode);
     } catch (e) {
       if (!(e instanceof NftNetlinkUnsupported)) throw e;
       this.fallbacks++;
       this.options.onFallback?.(`${e.what} in: ${e.statement}`);
       return false;
     }
-    if (messages.length === 0) return true;
-    const batch = frameBatch(messages, this.#seq);
+    if (batch.messages === 0) return true;
     this.#seq = (batch.lastSeq + 2) % 0x7fffffff || 1;
     let outcome;
     try {

@@ -1,7 +1,10 @@
 /**
- * Netlink attributes and nfnetlink messages as bytes (pure): the TLV layout (u16 length, u16 type,
- * payload padded to 4 bytes), nested attributes (NLA_F_NESTED set, as nft sets it), the nlmsghdr and the
- * nfgenmsg of an nf_tables request, and the NFNL batch frame around a transaction's messages.
+ * Netlink attributes and nfnetlink messages as bytes, written straight into one growable buffer: the TLV
+ * layout (u16 length, u16 type, payload padded to 4 bytes), nested attributes (NLA_F_NESTED set, as nft
+ * sets it), libnftnl's user data inside an attribute, the nlmsghdr and nfgenmsg of an nf_tables request,
+ * and the NFNL batch frame around a transaction's messages. A nest's or message's length is patched when
+ * it ends, so encoding allocates nothing per attribute: a first sync's chunks (hundreds of thousands of
+ * attributes) used to leave an object, an array and a payload buffer per attribute behind.
  */
 
 /** NLA_F_NESTED: nft marks every nest with it. */
@@ -19,181 +22,282 @@ export const NLM_F_CREATE = 0x400;
 export const NLM_F_EXCL = 0x200;
 export const NLM_F_APPEND = 0x800;
 
+/** Bytes of a message's nlmsghdr and nfgenmsg. */
+const MESSAGE_HEADER_BYTES = 20;
+/** Bytes of NFNL_MSG_BATCH_BEGIN / _END. */
+export const BATCH_FRAME_BYTES = MESSAGE_HEADER_BYTES;
+
 const ENCODER = new TextEncoder();
 
-function align4(n: number): number {
-  return (n + 3) & ~3;
-}
+/** A writer's buffer above this size is dropped when its last contents used under a quarter of it. */
+export const RETAIN_BYTES = 1024 * 1024;
 
 /**
- * An attribute not yet laid out: a leaf (type and payload) or a nest (type and children). Messages are
- * written once into their final buffer from these, so encoding a large transaction copies each payload
- * once instead of once per nesting level.
+ * One growable byte buffer that netlink messages are written into, attribute by attribute. Reused across
+ * batches ({@link reset}): what {@link bytes} returns is valid until the next write.
  */
-export class NlAttr {
-  /** Bytes it takes, padding included. */
-  readonly size: number;
-  constructor(
-    readonly type: number,
-    readonly payload: Uint8Array | null,
-    readonly children: readonly NlAttr[] | null,
-  ) {
-    let n = 4;
-    if (payload !== null) n += payload.length;
-    if (children !== null) { for (const c of children) n += c.size; }
-    this.#length = n;
-    this.size = align4(n);
-  }
-  readonly #length: number;
+export class NlWriter {
+  #buf: Uint8Array;
+  #view: DataView;
+  #len = 0;
 
-  /** Writes the attribute at `off` of `out`; returns the offset after it. */
-  write(out: Uint8Array, view: DataView, off: number): number {
-    view.setUint16(off, this.#length, true);
-    view.setUint16(off + 2, this.type, true);
-    let at = off + 4;
-    if (this.payload !== null) {
-      out.set(this.payload, at);
-      at += this.payload.length;
+  readonly #initial: number;
+
+  constructor(initialBytes = 64 * 1024) {
+    this.#initial = initialBytes;
+    this.#buf = new Uint8Array(initialBytes);
+    this.#view = new DataView(this.#buf.buffer);
+  }
+
+  /** Bytes written. */
+  get length(): number {
+    return this.#len;
+  }
+
+  /** Bytes the buffer holds before it grows. */
+  get capacity(): number {
+    return this.#buf.length;
+  }
+
+  /**
+   * Forgets what was written. The buffer is kept, unless it is over {@link RETAIN_BYTES} and the last
+   * contents took less than a quarter of it: a first sync's largest chunk would otherwise stay allocated
+   * for the agent's life, while its smaller chunks (and later small changes) reuse whatever fits them.
+   */
+  reset(): void {
+    if (this.#buf.length > RETAIN_BYTES && this.#len < this.#buf.length / 4) {
+      this.#buf = new Uint8Array(this.#initial);
+      this.#view = new DataView(this.#buf.buffer);
     }
-    if (this.children !== null) { for (const c of this.children) at = c.write(out, view, at); }
-    return off + this.size;
+    this.#len = 0;
+  }
+
+  /**
+   * Makes the buffer hold at least `bytes` (what was written is kept): one allocation of the size a batch
+   * needs instead of doubling up to it, which left every smaller buffer behind as garbage.
+   */
+  reserve(bytes: number): void {
+    if (bytes <= this.#buf.length) return;
+    const buf = new Uint8Array(bytes);
+    buf.set(this.#buf.subarray(0, this.#len));
+    this.#buf = buf;
+    this.#view = new DataView(buf.buffer);
+  }
+
+  /** Drops what was written after `length` (an earlier {@link length}). */
+  truncate(length: number): void {
+    if (length > this.#len) throw new RangeError(`truncate to ${length} of ${this.#len} bytes`);
+    this.#len = length;
+  }
+
+  /** The bytes written, as a view of the buffer (valid until the next write or reset). */
+  bytes(from = 0, to = this.#len): Uint8Array {
+    return this.#buf.subarray(from, to);
+  }
+
+  /**
+   * Makes room for `n` more bytes; returns the offset they start at. It may replace #buf and #view: read
+   * them after calling it, never in the same expression.
+   */
+  #grow(n: number): number {
+    const at = this.#len;
+    const need = at + n;
+    if (need > this.#buf.length) {
+      let size = this.#buf.length * 2;
+      while (size < need) size *= 2;
+      const buf = new Uint8Array(size);
+      buf.set(this.#buf.subarray(0, at));
+      this.#buf = buf;
+      this.#view = new DataView(buf.buffer);
+    }
+    this.#len = need;
+    return at;
+  }
+
+  /** Zero bytes up to the next 4-byte boundary (the buffer is reused: padding must be written). */
+  #pad(): void {
+    const n = ((this.#len + 3) & ~3) - this.#len;
+    if (n === 0) return;
+    const at = this.#grow(n);
+    this.#buf.fill(0, at, at + n);
+  }
+
+  /** Starts an attribute of `type` whose payload follows; {@link end} sets its length. */
+  begin(type: number): number {
+    const at = this.#grow(4);
+    this.#view.setUint16(at + 2, type, true);
+    return at;
+  }
+
+  /** Starts a nested attribute of `type`; {@link end} closes it. */
+  beginNest(type: number): number {
+    return this.begin(type | NLA_F_NESTED);
+  }
+
+  /** Ends the attribute begun at `at`: its length (padding excluded), then the padding. */
+  end(at: number): void {
+    const n = this.#len - at;
+    if (n > 0xffff) throw new RangeError(`netlink attribute of ${n} bytes (at most 65535)`);
+    this.#view.setUint16(at, n, true);
+    this.#pad();
+  }
+
+  /** The offset after the (ended) attribute at `at`, its padding included. */
+  after(at: number): number {
+    return at + ((this.#view.getUint16(at, true) + 3) & ~3);
+  }
+
+  /** Raw bytes at the end (no attribute header, no padding). */
+  raw(bytes: Uint8Array): void {
+    const at = this.#grow(bytes.length);
+    this.#buf.set(bytes, at);
+  }
+
+  /** One attribute holding `payload`. */
+  attr(type: number, payload: Uint8Array): void {
+    const at = this.begin(type);
+    this.raw(payload);
+    this.end(at);
+  }
+
+  /** A one-byte attribute. */
+  u8(type: number, value: number): void {
+    const at = this.begin(type);
+    const v = this.#grow(1);
+    this.#buf[v] = value;
+    this.end(at);
+  }
+
+  /** A big-endian u32 attribute (nf_tables' NLA_U32 values are in network order). */
+  u32be(type: number, value: number): void {
+    const at = this.begin(type);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, false);
+    this.end(at);
+  }
+
+  /** A host-order (little-endian) u32 attribute: marks, ct state, fib results and numgen keys as data. */
+  u32le(type: number, value: number): void {
+    const at = this.begin(type);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, true);
+    this.end(at);
+  }
+
+  /** A big-endian u64 attribute (timeouts in milliseconds). */
+  u64be(type: number, value: number): void {
+    const at = this.begin(type);
+    const v = this.#grow(8);
+    this.#view.setBigUint64(v, BigInt(value), false);
+    this.end(at);
+  }
+
+  /** A NUL-terminated string attribute. */
+  str(type: number, value: string): void {
+    const at = this.begin(type);
+    this.#text(value);
+    const nul = this.#grow(1);
+    this.#buf[nul] = 0;
+    this.end(at);
+  }
+
+  /** `s` as UTF-8 bytes (names are ASCII: written char by char, without an encoder's buffer). */
+  #text(s: string): void {
+    let ascii = true;
+    for (let k = 0; k < s.length; k++) {
+      if (s.charCodeAt(k) > 0x7f) {
+        ascii = false;
+        break;
+      }
+    }
+    if (!ascii) {
+      this.raw(ENCODER.encode(s));
+      return;
+    }
+    const at = this.#grow(s.length);
+    for (let k = 0; k < s.length; k++) this.#buf[at + k] = s.charCodeAt(k);
+  }
+
+  /**
+   * libnftnl user data inside an attribute: TLVs of one-byte type and one-byte length. Starts one entry
+   * of `type` whose value follows; {@link udEnd} sets its length.
+   */
+  udBegin(type: number): number {
+    const at = this.#grow(2);
+    this.#buf[at] = type;
+    return at;
+  }
+
+  /** Ends the user-data entry begun at `at`. */
+  udEnd(at: number): void {
+    const n = this.#len - at - 2;
+    if (n > 255) throw new RangeError(`user data entry ${this.#buf[at]} longer than 255 bytes`);
+    this.#buf[at + 1] = n;
+  }
+
+  /** A user-data u32 in host (little-endian) order. */
+  udU32(type: number, value: number): void {
+    const at = this.udBegin(type);
+    const v = this.#grow(4);
+    this.#view.setUint32(v, value >>> 0, true);
+    this.udEnd(at);
+  }
+
+  /** A user-data string (NUL-terminated, as nft stores comments). */
+  udString(type: number, value: string): void {
+    const at = this.udBegin(type);
+    this.#text(value);
+    const nul = this.#grow(1);
+    this.#buf[nul] = 0;
+    this.udEnd(at);
+  }
+
+  /** A user-data entry of raw bytes. */
+  udBytes(type: number, value: Uint8Array): void {
+    const at = this.udBegin(type);
+    this.raw(value);
+    this.udEnd(at);
+  }
+
+  /**
+   * Starts a message: nlmsghdr (`type`, `flags`, `seq`; its length set by {@link endMessage}) and nfgenmsg
+   * (`family`, NFNETLINK_V0, `resId`). Its attributes follow.
+   */
+  beginMessage(type: number, flags: number, seq: number, family: number, resId = 0): number {
+    const at = this.#grow(MESSAGE_HEADER_BYTES);
+    const v = this.#view;
+    v.setUint16(at + 4, type, true);
+    v.setUint16(at + 6, flags, true);
+    v.setUint32(at + 8, seq >>> 0, true);
+    v.setUint32(at + 12, 0, true);
+    this.#buf[at + 16] = family;
+    this.#buf[at + 17] = 0;
+    v.setUint16(at + 18, resId, false);
+    return at;
+  }
+
+  /** Ends the message begun at `at` (its nlmsg_len). */
+  endMessage(at: number): void {
+    this.#view.setUint32(at, this.#len - at, true);
+  }
+
+  /** Adds `flags` to the message begun at `at`. */
+  addMessageFlags(at: number, flags: number): void {
+    this.#view.setUint16(at + 6, this.#view.getUint16(at + 6, true) | flags, true);
   }
 }
 
-/** One attribute: its type and payload. */
-export function attr(type: number, payload: Uint8Array): NlAttr {
-  return new NlAttr(type, payload, null);
+/** Type of an nf_tables message: NFNL_SUBSYS_NFTABLES << 8 | `msg`. */
+export function nftMessageType(msg: number): number {
+  return (NFNL_SUBSYS_NFTABLES << 8) | msg;
 }
 
-/** A nested attribute holding `children`. */
-export function nest(type: number, children: readonly NlAttr[]): NlAttr {
-  return new NlAttr(type | NLA_F_NESTED, null, children);
+/** Writes NFNL_MSG_BATCH_BEGIN for the nf_tables subsystem. */
+export function writeBatchBegin(w: NlWriter, seq: number): void {
+  w.endMessage(w.beginMessage(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES));
 }
 
-/** A NUL-terminated string attribute. */
-export function strAttr(type: number, value: string): NlAttr {
-  return attr(type, ENCODER.encode(value + "\0"));
-}
-
-/** A big-endian u32 attribute (nf_tables' NLA_U32 values are in network order). */
-export function be32Attr(type: number, value: number): NlAttr {
-  return attr(type, Uint8Array.of(value >>> 24, (value >>> 16) & 0xff, (value >>> 8) & 0xff, value & 0xff));
-}
-
-/** A big-endian u64 attribute (timeouts in milliseconds). */
-export function be64Attr(type: number, value: number): NlAttr {
-  const b = new Uint8Array(8);
-  new DataView(b.buffer).setBigUint64(0, BigInt(value), false);
-  return attr(type, b);
-}
-
-/** `attrs` laid out one after the other (a message body after its nfgenmsg). */
-export function encodeAttrs(attrs: readonly NlAttr[]): Uint8Array {
-  let n = 0;
-  for (const a of attrs) n += a.size;
-  const out = new Uint8Array(n);
-  const view = new DataView(out.buffer);
-  let off = 0;
-  for (const a of attrs) off = a.write(out, view, off);
-  return out;
-}
-
-/** The bytes of `parts`, one after the other. */
-export function concat(parts: readonly Uint8Array[]): Uint8Array {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Uint8Array(n);
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
-}
-
-/** libnftnl user data: TLVs of one-byte type and one-byte length. */
-export function udata(entries: readonly (readonly [number, Uint8Array])[]): Uint8Array {
-  const parts: Uint8Array[] = [];
-  for (const [type, value] of entries) {
-    if (value.length > 255) throw new RangeError(`user data entry ${type} longer than 255 bytes`);
-    parts.push(Uint8Array.of(type, value.length), value);
-  }
-  return concat(parts);
-}
-
-/** A user-data string value (NUL-terminated, as nft stores comments). */
-export function udataString(s: string): Uint8Array {
-  return ENCODER.encode(s + "\0");
-}
-
-/** A user-data u32 in host (little-endian) order. */
-export function udataU32(n: number): Uint8Array {
-  const b = new Uint8Array(4);
-  new DataView(b.buffer).setUint32(0, n >>> 0, true);
-  return b;
-}
-
-/** Bytes of an nf_tables message whose attributes take `bodyBytes` (nlmsghdr, nfgenmsg, attributes). */
-export function nftMessageSize(bodyBytes: number): number {
-  return 20 + bodyBytes;
-}
-
-/**
- * Writes an nf_tables message at `off` of `out`: nlmsghdr (type NFNL_SUBSYS_NFTABLES << 8 | `msg`,
- * `flags`, `seq`), nfgenmsg (`family`, NFNETLINK_V0, res_id 0), then `attrs`. Returns the offset after it.
- */
-export function writeNftMessage(
-  out: Uint8Array,
-  view: DataView,
-  off: number,
-  m: { msg: number; flags: number; seq: number; family: number; body: Uint8Array },
-): number {
-  return writeFrame(
-    out,
-    view,
-    off,
-    (NFNL_SUBSYS_NFTABLES << 8) | m.msg,
-    m.flags,
-    m.seq,
-    m.family,
-    0,
-    m.body,
-  );
-}
-
-function writeFrame(
-  out: Uint8Array,
-  view: DataView,
-  off: number,
-  type: number,
-  flags: number,
-  seq: number,
-  family: number,
-  resId: number,
-  body: Uint8Array | null,
-): number {
-  const n = nftMessageSize(body === null ? 0 : body.length);
-  view.setUint32(off, n, true);
-  view.setUint16(off + 4, type, true);
-  view.setUint16(off + 6, flags, true);
-  view.setUint32(off + 8, seq >>> 0, true);
-  view.setUint32(off + 12, 0, true);
-  out[off + 16] = family;
-  out[off + 17] = 0;
-  view.setUint16(off + 18, resId, false);
-  if (body !== null) out.set(body, off + 20);
-  return off + n;
-}
-
-/** Bytes of NFNL_MSG_BATCH_BEGIN / _END. */
-export const BATCH_FRAME_BYTES = 20;
-
-/** Writes NFNL_MSG_BATCH_BEGIN for the nf_tables subsystem at `off`. */
-export function writeBatchBegin(out: Uint8Array, view: DataView, off: number, seq: number): number {
-  return writeFrame(out, view, off, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, null);
-}
-
-/** Writes NFNL_MSG_BATCH_END at `off`. */
-export function writeBatchEnd(out: Uint8Array, view: DataView, off: number, seq: number): number {
-  return writeFrame(out, view, off, NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES, null);
+/** Writes NFNL_MSG_BATCH_END. */
+export function writeBatchEnd(w: NlWriter, seq: number): void {
+  w.endMessage(w.beginMessage(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, 0, NFNL_SUBSYS_NFTABLES));
 }

@@ -1,33 +1,25 @@
 /**
  * A transaction of our renderer (nft syntax, one command per line; see render/transaction.ts) as the
  * nf_tables netlink messages nft 1.0.6 would send for it, without reading any kernel state first: add,
- * flush and delete of the table, chains, sets and maps, elements and rules. Pure. Each message keeps the
- * line it came from, so the writer can name the statement the kernel refused. A line this encoder does
- * not know throws {@link NftNetlinkUnsupported}; the caller then applies the transaction through nft.
+ * flush and delete of the table, chains, sets and maps, elements and rules. Pure. The messages are
+ * written straight into one reusable buffer (attrs.ts NlWriter), framed as one NFNL batch; each sequence
+ * number keeps the line it came from, so the writer can name the statement the kernel refused. A line
+ * this encoder does not know throws {@link NftNetlinkUnsupported}; the caller then applies the
+ * transaction through nft.
  */
 import {
-  attr,
   BATCH_FRAME_BYTES,
-  be32Attr,
-  be64Attr,
-  encodeAttrs,
-  nest,
-  nftMessageSize,
-  type NlAttr,
+  nftMessageType,
   NLM_F_ACK,
   NLM_F_APPEND,
   NLM_F_CREATE,
   NLM_F_EXCL,
   NLM_F_REQUEST,
-  strAttr,
-  udata,
-  udataString,
-  udataU32,
+  NlWriter,
   writeBatchBegin,
   writeBatchEnd,
-  writeNftMessage,
 } from "./attrs.ts";
-import { dataValue, dataVerdict, VERDICT, type Verdict } from "./expressions.ts";
+import { dataValue, dataValueU32le, dataVerdict, VERDICT, type Verdict } from "./expressions.ts";
 import {
   encodeKey,
   keyFields,
@@ -37,7 +29,7 @@ import {
   type NftDatatype,
   TYPE_INTEGER,
 } from "./datatypes.ts";
-import { encodeRule, nextAddress } from "./rule.ts";
+import { nextAddress, type RuleContext, RuleEncoder } from "./rule.ts";
 import { NftNetlinkUnsupported } from "./unsupported.ts";
 import {
   CLUSTER_IPS_SET,
@@ -95,7 +87,7 @@ export interface NftBatchMessage {
   readonly msg: number;
   readonly flags: number;
   readonly family: number;
-  /** Its attributes, laid out (the attribute tree is dropped at once: a first sync's chunk holds many). */
+  /** Its attributes, after the nfgenmsg. */
   readonly body: Uint8Array;
   /** The transaction line it encodes. */
   readonly statement: string;
@@ -128,38 +120,19 @@ function clauses(body: string): string[] {
   return out;
 }
 
-/** The user data nft 1.0.6 stores for a named verdict map keyed by `fields` (read back by `nft list`). */
-function verdictMapUdata(fields: readonly NftDatatype[], comment: string | null): Uint8Array {
-  const entries: [number, Uint8Array][] = [
-    [0, udataU32(fields.length === 1 ? fields[0].byteorder : 0)],
-    [1, udataU32(0)],
-    // The data type's description, as nft writes it for a ": verdict" map whose key ends in a port.
-    [3, Uint8Array.of(0x00, 0x04, 0x0d, 0x00, 0x00, 0x00, 0x01, 0x00)],
-    [6, udataU32(0)],
-  ];
-  if (comment !== null) entries.push([7, udataString(comment)]);
-  return udata(entries);
-}
+/** nft's description of a ": verdict" map's data whose key ends in a port (user data entry 3). */
+const VERDICT_MAP_DATA_DESC = Uint8Array.of(0x00, 0x04, 0x0d, 0x00, 0x00, 0x00, 0x01, 0x00);
+/** The same for an anonymous numgen map (user data entry 4). */
+const NUMGEN_MAP_DATA_DESC = Uint8Array.of(0x00, 0x04, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00);
 
 /** Bytes of encoded elements per NEWSETELEM / DELSETELEM message (the nest's u16 length). */
 const ELEMENT_LIST_BYTES = 60_000;
 
-/** `items` in runs of at most `max` bytes (each run holds at least one item). */
-function chunkBySize(items: readonly NlAttr[], max: number): NlAttr[][] {
-  const out: NlAttr[][] = [];
-  let cur: NlAttr[] = [];
-  let size = 0;
-  for (const it of items) {
-    if (cur.length > 0 && size + it.size > max) {
-      out.push(cur);
-      cur = [];
-      size = 0;
-    }
-    cur.push(it);
-    size += it.size;
-  }
-  if (cur.length > 0) out.push(cur);
-  return out;
+/** A comment as libnftnl user data in attribute `type`: one string entry. */
+function commentAttr(w: NlWriter, type: number, comment: string): void {
+  const at = w.begin(type);
+  w.udString(0, comment);
+  w.end(at);
 }
 
 /**
@@ -199,309 +172,600 @@ export function anonymousSetNamer(token: string): (kind: "set" | "map") => strin
   return (kind) => `__${kind}${token}_${n++}`;
 }
 
-/** Encodes a transaction: the messages in order (without the batch frame). */
-export function encodeTransaction(transaction: string, opts: EncodeOptions = {}): NftBatchMessage[] {
-  const out: NftBatchMessage[] = [];
-  const anonymousName = opts.anonymousSetName;
-  // A name of ours must be new: should it ever meet a set of the table, the kernel refuses the batch
-  // (EEXIST) instead of taking the existing set (nft's "%d" names are always new).
-  const newAnonymousExcl = anonymousName === undefined ? 0 : NLM_F_EXCL;
-  /** Sets and maps added in this batch → their batch id. */
-  const setIds = new Map<string, number>();
-  let nextSetId = 1;
-  /** Key fields of sets declared in this batch (elements of other sets need their type: unsupported). */
-  const declared = new Map<string, { fields: NftDatatype[]; map: boolean }>();
+/** A framed batch: its bytes and the statement of each sequence number. */
+export interface FramedBatch {
+  /** The batch (for {@link NftBatchEncoder.encode}, a view of its buffer, valid until the next call). */
+  readonly bytes: Uint8Array;
+  /** Messages between BATCH_BEGIN and BATCH_END. */
+  readonly messages: number;
+  /** Sequence number of the last message (it carries NLM_F_ACK). */
+  readonly lastSeq: number;
+  /** The statement of a message's sequence number, or undefined. */
+  statementOf(seq: number): string | undefined;
+}
 
-  for (const line of transaction.split("\n")) {
-    if (line.trim() === "") continue;
-    const fail = (what: string): never => {
-      throw new NftNetlinkUnsupported(line, what);
+/** The words a line starts with, as constants (a first sync's ~200k lines then allocate none for them). */
+const VERBS = ["add", "flush", "delete"] as const;
+const KINDS = ["table", "chain", "set", "map", "rule", "element"] as const;
+const FAMILIES = ["ip", "ip6"] as const;
+
+/** The word of `words` that `text` holds from `from` to `to`, or null. */
+function wordOf<W extends string>(words: readonly W[], text: string, from: number, to: number): W | null {
+  for (const w of words) if (w.length === to - from && text.startsWith(w, from)) return w;
+  return null;
+}
+
+/** Whether `text` from `from` to `to` is blank (as `trim()` sees it). */
+function blank(text: string, from: number, to: number): boolean {
+  for (let k = from; k < to; k++) {
+    const c = text.charCodeAt(k);
+    if (c > 32 && c < 127) return false;
+    if (c >= 127) return text.slice(from, to).trim() === "";
+  }
+  return true;
+}
+
+/**
+ * Encodes transactions into one buffer that it keeps and grows, so a first sync's chunks (megabytes each)
+ * reuse the same bytes (see NlWriter.reset for what it keeps). Lines are read in place, by offset: a line
+ * becomes a string only for errors, statementOf and the rarer declarations, a rule only its tokens.
+ */
+export class NftBatchEncoder {
+  readonly #batch = new NlWriter();
+  /** A rule's expressions, written before its message: its anonymous sets' messages come first. */
+  readonly #rule = new NlWriter(4096);
+  readonly #rules = new RuleEncoder();
+
+  // The transaction being encoded and its current line (state of #messages, in fields so that a line
+  // allocates no closures).
+  #tx = "";
+  #from = 0;
+  #to = 0;
+  #family = 0;
+  #fam: "ip" | "ip6" = "ip";
+  #table = "";
+  /** The last chain name read, reused while lines name the same chain. */
+  #chain = "";
+  #seq = 0;
+  #lastAt = -1;
+  #starts: number[] = [];
+  #opts: EncodeOptions = {};
+  #excl = 0;
+  #setIds = new Map<string, number>();
+  #nextSetId = 1;
+  #declared = new Map<string, { fields: NftDatatype[]; map: boolean }>();
+  /** What a rule needs from the batch (one object for the encoder's life). */
+  readonly #ctx: RuleContext;
+
+  constructor() {
+    this.#ctx = {
+      setId: (n) => this.#setIds.get(n) ?? null,
+      anonymousVerdictMap: (verdicts) => this.#anonymousVerdictMap(verdicts),
+      anonymousIntervalSet: (field, ranges) => this.#anonymousIntervalSet(field, ranges),
+      statement: () => this.#line(),
     };
-    const m = /^(add|flush|delete) (table|chain|set|map|rule|element) (ip6?) (\S+)(?: (.*))?$/.exec(line);
-    if (m === null) fail("command");
-    const [, verb, kind, fam, table, rest0] = m!;
-    const family = NFPROTO[fam as "ip" | "ip6"];
-    const rest = rest0 ?? "";
-    const push = (msg: number, flags: number, attrs: NlAttr[]) =>
-      out.push({ msg, flags: NLM_F_REQUEST | flags, family, body: encodeAttrs(attrs), statement: line });
-    const tableAttr = strAttr(1, table);
-    /** The head of an anonymous set's element list: the set by name and batch id, or by id alone. */
-    const elementListHead = (set: string, id: number): NlAttr[] =>
-      opts.elementsById === true
-        ? [tableAttr, be32Attr(4, id)]
-        : [tableAttr, strAttr(2, set), be32Attr(4, id)];
+  }
 
+  /** Bytes the encoder holds between batches. */
+  get retainedBytes(): number {
+    return this.#batch.capacity + this.#rule.capacity;
+  }
+
+  /**
+   * `transaction` as one NFNL batch, sequence numbers from `firstSeq`: BATCH_BEGIN, its messages (the
+   * last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END.
+   */
+  encode(transaction: string, firstSeq: number, opts: EncodeOptions = {}): FramedBatch {
+    const w = this.#batch;
+    w.reset();
+    // A batch takes up to ~2 bytes per byte of transaction (rules; elements ~1.2): sized once.
+    w.reserve(2 * transaction.length + 2 * BATCH_FRAME_BYTES);
+    writeBatchBegin(w, firstSeq);
+    this.#tx = transaction;
+    this.#seq = firstSeq + 1;
+    this.#lastAt = -1;
+    this.#starts = [];
+    this.#opts = opts;
+    // A name of ours must be new: should it ever meet a set of the table, the kernel refuses the batch
+    // (EEXIST) instead of taking the existing set (nft's "%d" names are always new).
+    this.#excl = opts.anonymousSetName === undefined ? 0 : NLM_F_EXCL;
+    this.#setIds = new Map();
+    this.#nextSetId = 1;
+    this.#declared = new Map();
+    try {
+      this.#messages();
+    } finally {
+      // Names read from the transaction are substrings of it: none is kept past the batch.
+      this.#tx = "";
+      this.#table = "";
+      this.#chain = "";
+      this.#rules.clear();
+    }
+    if (this.#lastAt >= 0) w.addMessageFlags(this.#lastAt, NLM_F_ACK);
+    const starts = this.#starts;
+    return framed(w, firstSeq, starts.length, (k) => lineAt(transaction, starts[k]));
+  }
+
+  /** The current line. */
+  #line(): string {
+    return this.#tx.slice(this.#from, this.#to);
+  }
+
+  #fail(what: string): never {
+    throw new NftNetlinkUnsupported(this.#line(), what);
+  }
+
+  /** Starts a message of the current line (its attributes follow; NlWriter.endMessage closes it). */
+  #begin(msg: number, flags: number): number {
+    this.#starts.push(this.#from);
+    this.#lastAt = this.#batch.beginMessage(
+      nftMessageType(msg),
+      NLM_F_REQUEST | flags,
+      this.#seq++,
+      this.#family,
+    );
+    return this.#lastAt;
+  }
+
+  /** A message of the current line holding the table's name and a name attribute. */
+  #named(msg: number, nameType: number, name: string): void {
+    const w = this.#batch;
+    const at = this.#begin(msg, 0);
+    w.str(1, this.#table);
+    w.str(nameType, name);
+    w.endMessage(at);
+  }
+
+  /** The head of an anonymous set's element list: the set by name and batch id, or by id alone. */
+  #elementListHead(set: string, id: number): void {
+    const w = this.#batch;
+    w.str(1, this.#table);
+    if (this.#opts.elementsById !== true) w.str(2, set);
+    w.u32be(4, id);
+  }
+
+  /** The end of the word of the current line starting at `from` (the next space, or the line's end). */
+  #wordEnd(from: number): number {
+    const sp = this.#tx.indexOf(" ", from);
+    return sp < 0 || sp > this.#to ? this.#to : sp;
+  }
+
+  /** The name from `from` to `to`: `last` when it is the same (lines name the same table, chain). */
+  #name(last: string, from: number, to: number): string {
+    return last.length === to - from && this.#tx.startsWith(last, from) ? last : this.#tx.slice(from, to);
+  }
+
+  /** Writes the messages of the transaction into the batch buffer. */
+  #messages(): void {
+    const tx = this.#tx;
+    for (let from = 0; from < tx.length;) {
+      let to = tx.indexOf("\n", from);
+      if (to < 0) to = tx.length;
+      this.#from = from;
+      this.#to = to;
+      from = to + 1;
+      if (blank(tx, this.#from, to)) continue;
+      // "<verb> <kind> <family> <table>[ <rest>]", single spaces.
+      const a = this.#wordEnd(this.#from);
+      const b = a < to ? this.#wordEnd(a + 1) : to;
+      const c = b < to ? this.#wordEnd(b + 1) : to;
+      const d = c < to ? this.#wordEnd(c + 1) : to;
+      const verb = wordOf(VERBS, tx, this.#from, a);
+      const kind = a < to ? wordOf(KINDS, tx, a + 1, b) : null;
+      const fam = b < to ? wordOf(FAMILIES, tx, b + 1, c) : null;
+      if (verb === null || kind === null || fam === null || c >= to || d === c + 1) this.#fail("command");
+      const table = this.#name(this.#table, c + 1, d);
+      if (/\s/.test(table)) this.#fail("command");
+      this.#table = table;
+      this.#fam = fam;
+      this.#family = NFPROTO[fam];
+      const restFrom = d < to ? d + 1 : to;
+      if (kind === "rule") this.#ruleLine(verb, restFrom);
+      else if (kind === "chain" && this.#wordEnd(restFrom) === to) this.#plainChainLine(verb, restFrom);
+      else this.#declarationLine(verb, kind, tx.slice(restFrom, to));
+    }
+  }
+
+  /** "<verb> chain <family> <table> <name>" (no declaration): the name read in place. */
+  #plainChainLine(verb: "add" | "flush" | "delete", from: number): void {
+    if (from >= this.#to) this.#fail("chain name");
+    const name = this.#name(this.#chain, from, this.#to);
+    if (/\s/.test(name)) this.#fail("chain name");
+    this.#chain = name;
+    if (verb === "flush") this.#named(MSG.DELRULE, 2, name);
+    else if (verb === "delete") this.#named(MSG.DELCHAIN, 3, name);
+    else {
+      const w = this.#batch;
+      const at = this.#begin(MSG.NEWCHAIN, NLM_F_CREATE);
+      w.str(1, this.#table);
+      w.str(3, name);
+      w.endMessage(at);
+    }
+  }
+
+  /** "add rule <family> <table> <chain> <rule>[ comment "<c>"]". */
+  #ruleLine(verb: "add" | "flush" | "delete", from: number): void {
+    const tx = this.#tx;
+    const to = this.#to;
+    if (verb !== "add") this.#fail(`${verb} rule`);
+    const sp = tx.indexOf(" ", from);
+    if (sp < 0 || sp >= to) this.#fail("rule without a body");
+    const chain = this.#name(this.#chain, from, sp);
+    this.#chain = chain;
+    let comment: string | null = null;
+    let body: string = tx;
+    let bodyFrom = sp + 1;
+    let bodyTo = to;
+    if (tx.charCodeAt(to - 1) === 0x22) {
+      // Ends in a quote: maybe a comment (few rules have one; the body is then read as a string).
+      body = tx.slice(sp + 1, to);
+      bodyFrom = 0;
+      bodyTo = body.length;
+      const cm = / comment ("(?:[^"\\]|\\.)*")$/.exec(body);
+      if (cm !== null) {
+        comment = unquote(cm[1]);
+        if (comment === null) this.#fail("rule comment");
+        bodyTo = cm.index;
+      }
+    }
+    const exprs = this.#rule;
+    exprs.reset();
+    this.#rules.encode(exprs, this.#fam, this.#ctx, body, bodyFrom, bodyTo);
+    const w = this.#batch;
+    const at = this.#begin(MSG.NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
+    w.str(1, this.#table);
+    w.str(2, chain);
+    const list = w.beginNest(4);
+    w.raw(exprs.bytes());
+    w.end(list);
+    if (comment !== null) commentAttr(w, 7, comment);
+    w.endMessage(at);
+  }
+
+  #anonymousVerdictMap(verdicts: readonly Verdict[]): { name: string; id: number } {
+    const w = this.#batch;
+    const id = this.#nextSetId++;
+    const name = this.#opts.anonymousSetName?.("map") ?? "__map%d";
+    const set = this.#begin(MSG.NEWSET, NLM_F_CREATE | this.#excl);
+    w.str(1, this.#table);
+    w.str(2, name);
+    w.u32be(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP);
+    w.u32be(4, TYPE_INTEGER);
+    w.u32be(5, 4);
+    w.u32be(6, NFT_DATA_VERDICT_TYPE);
+    w.u32be(7, 0);
+    w.u32be(10, id);
+    const desc = w.beginNest(9);
+    w.u32be(1, verdicts.length);
+    w.end(desc);
+    const ud = w.begin(13);
+    w.udU32(0, 1);
+    w.udU32(1, 0);
+    w.udBytes(4, NUMGEN_MAP_DATA_DESC);
+    w.udU32(6, 0);
+    w.end(ud);
+    w.endMessage(set);
+    const elems = this.#begin(MSG.NEWSETELEM, NLM_F_CREATE);
+    this.#elementListHead(name, id);
+    const list = w.beginNest(3);
+    for (let k = 0; k < verdicts.length; k++) {
+      // nft numbers the list's elements 1, 2, ... (the kernel ignores the type).
+      const e = w.beginNest(k + 1);
+      dataValueU32le(w, 1, k);
+      dataVerdict(w, 2, verdicts[k].code, verdicts[k].chain);
+      w.end(e);
+    }
+    w.end(list);
+    w.endMessage(elems);
+    return { name, id };
+  }
+
+  #anonymousIntervalSet(
+    field: "saddr" | "daddr",
+    ranges: readonly (readonly [Uint8Array, Uint8Array])[],
+  ): { name: string; id: number } {
+    const w = this.#batch;
+    const id = this.#nextSetId++;
+    const name = this.#opts.anonymousSetName?.("set") ?? "__set%d";
+    const t = ADDRESS_TYPEOF[this.#fam];
+    const dt = keyFields(t.type)![0];
+    // nft's interval encoding: a closing element at address 0 when the first range starts later,
+    // then each range's start and (unless it reaches the last address) the address after its end.
+    const leading = ranges[0][0].some((b) => b !== 0);
+    const set = this.#begin(MSG.NEWSET, NLM_F_CREATE | this.#excl);
+    w.str(1, this.#table);
+    w.str(2, name);
+    w.u32be(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL);
+    w.u32be(4, dt.id);
+    w.u32be(5, dt.size);
+    w.u32be(10, id);
+    // nft counts a closing element for every range, also one it leaves out.
+    const desc = w.beginNest(9);
+    w.u32be(1, (leading ? 1 : 0) + 2 * ranges.length);
+    w.end(desc);
+    const ud = w.begin(13);
+    w.udU32(0, dt.byteorder);
+    w.udU32(2, 1);
+    const typeofExpr = w.udBegin(3);
+    w.udU32(0, 7);
+    const typeofData = w.udBegin(1);
+    w.udU32(0, t.desc);
+    w.udU32(1, t[field]);
+    w.udEnd(typeofData);
+    w.udEnd(typeofExpr);
+    w.end(ud);
+    w.endMessage(set);
+    const elems = this.#begin(MSG.NEWSETELEM, NLM_F_CREATE);
+    this.#elementListHead(name, id);
+    const list = w.beginNest(3);
+    let k = 0;
+    const add = (key: Uint8Array, end: boolean) => {
+      const e = w.beginNest(++k);
+      if (end) w.u32be(3, ELEM_INTERVAL_END);
+      dataValue(w, 1, key);
+      w.end(e);
+    };
+    if (leading) add(new Uint8Array(dt.size), true);
+    for (const [first, last] of ranges) {
+      const after = nextAddress(last);
+      if (after !== null) {
+        add(first, false);
+        add(after, true);
+      } else {
+        // A range up to the last address has no closing element: nft marks its start as open.
+        const e = w.beginNest(++k);
+        dataValue(w, 1, first);
+        const open = w.begin(6);
+        w.udU32(1, 1);
+        w.end(open);
+        w.end(e);
+      }
+    }
+    w.end(list);
+    w.endMessage(elems);
+    return { name, id };
+  }
+
+  /** Table, chain (with a declaration), set, map and element lines: `rest` follows the table's name. */
+  #declarationLine(verb: "add" | "flush" | "delete", kind: string, rest: string): void {
+    const w = this.#batch;
+    const table = this.#table;
+    const fam = this.#fam;
     if (kind === "table") {
       if (verb === "add") {
-        const attrs = [tableAttr, be32Attr(2, 0)];
+        let comment: string | null = null;
         if (rest !== "") {
           const c = /^\{ comment ("(?:[^"\\]|\\.)*") ; \}$/.exec(rest);
-          const comment = c === null ? null : unquote(c[1]);
-          if (comment === null) fail("table declaration");
-          attrs.push(attr(6, udata([[0, udataString(comment!)]])));
+          comment = c === null ? null : unquote(c[1]);
+          if (comment === null) this.#fail("table declaration");
         }
-        push(MSG.NEWTABLE, 0, attrs);
-      } else if (verb === "delete" && rest === "") push(MSG.DELTABLE, 0, [tableAttr]);
-      else fail(`${verb} table`);
-      continue;
+        const at = this.#begin(MSG.NEWTABLE, 0);
+        w.str(1, table);
+        w.u32be(2, 0);
+        if (comment !== null) commentAttr(w, 6, comment);
+        w.endMessage(at);
+      } else if (verb === "delete" && rest === "") {
+        const at = this.#begin(MSG.DELTABLE, 0);
+        w.str(1, table);
+        w.endMessage(at);
+      } else this.#fail(`${verb} table`);
+      return;
     }
 
     if (kind === "chain") {
       const cm = /^(\S+)(?: \{(.*)\})?$/.exec(rest);
-      if (cm === null) fail("chain name");
-      const name = cm![1];
-      if (verb === "flush") push(MSG.DELRULE, 0, [tableAttr, strAttr(2, name)]);
-      else if (verb === "delete") push(MSG.DELCHAIN, 0, [tableAttr, strAttr(3, name)]);
+      if (cm === null) this.#fail("chain name");
+      const name = cm[1];
+      if (verb === "flush") this.#named(MSG.DELRULE, 2, name);
+      else if (verb === "delete") this.#named(MSG.DELCHAIN, 3, name);
       else {
-        const attrs = [tableAttr, strAttr(3, name)];
+        let base: RegExpExecArray | null = null;
         let comment: string | null = null;
-        for (const c of clauses(cm![2] ?? "")) {
-          const base = /^type (filter|nat) hook (\w+) priority (-?\d+)$/.exec(c);
+        for (const c of clauses(cm[2] ?? "")) {
+          const b = /^type (filter|nat) hook (\w+) priority (-?\d+)$/.exec(c);
           const com = /^comment (".*")$/.exec(c);
-          if (base !== null && HOOKS[base[2]] !== undefined) {
-            attrs.push(strAttr(7, base[1]));
-            attrs.push(nest(4, [be32Attr(1, HOOKS[base[2]]), be32Attr(2, Number(base[3]))]));
-          } else if (com !== null && unquote(com[1]) !== null) comment = unquote(com[1]);
-          else fail(`chain clause ${JSON.stringify(c)}`);
+          if (b !== null && HOOKS[b[2]] !== undefined) base = b;
+          else if (com !== null && unquote(com[1]) !== null) comment = unquote(com[1]);
+          else this.#fail(`chain clause ${JSON.stringify(c)}`);
         }
-        if (comment !== null) attrs.push(attr(12, udata([[0, udataString(comment)]])));
-        push(MSG.NEWCHAIN, NLM_F_CREATE, attrs);
+        const at = this.#begin(MSG.NEWCHAIN, NLM_F_CREATE);
+        w.str(1, table);
+        w.str(3, name);
+        if (base !== null) {
+          w.str(7, base[1]);
+          const hook = w.beginNest(4);
+          w.u32be(1, HOOKS[base[2]]);
+          w.u32be(2, Number(base[3]));
+          w.end(hook);
+        }
+        if (comment !== null) commentAttr(w, 12, comment);
+        w.endMessage(at);
       }
-      continue;
+      return;
     }
 
     if (kind === "set" || kind === "map") {
       const sm = /^(\S+)(?: \{(.*)\})?$/.exec(rest);
-      if (sm === null) fail("set name");
-      const name = sm![1];
+      if (sm === null) this.#fail("set name");
+      const name = sm[1];
       if (verb === "flush") {
-        push(MSG.DELSETELEM, 0, [strAttr(2, name), tableAttr]);
-        continue;
+        const at = this.#begin(MSG.DELSETELEM, 0);
+        w.str(2, name);
+        w.str(1, table);
+        w.endMessage(at);
+        return;
       }
       if (verb === "delete") {
-        push(MSG.DELSET, 0, [tableAttr, strAttr(2, name)]);
-        continue;
+        this.#named(MSG.DELSET, 2, name);
+        return;
       }
       let type: string | null = null;
       let flags: string[] = [];
       let timeout: number | null = null;
       let comment: string | null = null;
-      for (const c of clauses(sm![2] ?? "")) {
+      for (const c of clauses(sm[2] ?? "")) {
         let x: RegExpExecArray | null;
         if ((x = /^type (.+)$/.exec(c)) !== null) type = x[1];
         else if ((x = /^flags ([\w,]+)$/.exec(c)) !== null) flags = x[1].split(",");
         else if ((x = /^timeout (\d+)s$/.exec(c)) !== null) timeout = Number(x[1]);
         else if ((x = /^comment (".*")$/.exec(c)) !== null && unquote(x[1]) !== null) comment = unquote(x[1]);
-        else fail(`set clause ${JSON.stringify(c)}`);
+        else this.#fail(`set clause ${JSON.stringify(c)}`);
       }
-      if (type === null) fail("set without a type");
-      const [keyType, dataType] = type!.split(" : ");
+      if (type === null) this.#fail("set without a type");
+      const [keyType, dataType] = type.split(" : ");
       const fields = keyFields(keyType);
-      if (fields === null) fail(`set key type ${JSON.stringify(keyType)}`);
+      if (fields === null) this.#fail(`set key type ${JSON.stringify(keyType)}`);
       const isMap = kind === "map";
-      if (isMap !== (dataType !== undefined)) fail("set/map type");
-      if (isMap && (dataType !== "verdict" || fields![fields!.length - 1].name !== "inet_service")) {
-        fail(`map type ${JSON.stringify(type)}`);
+      if (isMap !== (dataType !== undefined)) this.#fail("set/map type");
+      if (isMap && (dataType !== "verdict" || fields[fields.length - 1].name !== "inet_service")) {
+        this.#fail(`map type ${JSON.stringify(type)}`);
       }
       const dynamic = flags.length === 2 && flags.includes("dynamic") && flags.includes("timeout");
-      if (flags.length > 0 && !dynamic) fail(`set flags ${flags.join(",")}`);
-      if ((timeout !== null) !== dynamic || (dynamic && (isMap || comment !== null))) fail("set timeout");
-      const id = nextSetId++;
-      setIds.set(name, id);
-      declared.set(name, { fields: fields!, map: isMap });
-      const attrs = [
-        tableAttr,
-        strAttr(2, name),
-        be32Attr(3, (isMap ? SET_MAP : 0) | (dynamic ? SET_TIMEOUT | SET_EVAL : 0)),
-        be32Attr(4, keyTypeId(fields!)),
-        be32Attr(5, keyLength(fields!)),
-      ];
-      if (isMap) attrs.push(be32Attr(6, NFT_DATA_VERDICT_TYPE), be32Attr(7, 0));
-      attrs.push(be32Attr(10, id));
-      if (timeout !== null) attrs.push(be64Attr(11, timeout * 1000));
-      if (isMap) attrs.push(attr(13, verdictMapUdata(fields!, comment)));
-      else {
-        const entries: [number, Uint8Array][] = [[
-          0,
-          udataU32(fields!.length === 1 ? fields![0].byteorder : 0),
-        ]];
-        if (comment !== null) entries.push([7, udataString(comment)]);
-        attrs.push(attr(13, udata(entries)));
+      if (flags.length > 0 && !dynamic) this.#fail(`set flags ${flags.join(",")}`);
+      if ((timeout !== null) !== dynamic || (dynamic && (isMap || comment !== null))) {
+        this.#fail("set timeout");
       }
-      push(MSG.NEWSET, NLM_F_CREATE, attrs);
-      continue;
-    }
-
-    if (kind === "rule") {
-      if (verb !== "add") fail(`${verb} rule`);
-      const sp = rest.indexOf(" ");
-      if (sp < 0) fail("rule without a body");
-      const chain = rest.slice(0, sp);
-      let body = rest.slice(sp + 1);
-      let comment: string | null = null;
-      const cm = / comment ("(?:[^"\\]|\\.)*")$/.exec(body);
-      if (cm !== null) {
-        comment = unquote(cm[1]);
-        if (comment === null) fail("rule comment");
-        body = body.slice(0, cm.index);
+      const id = this.#nextSetId++;
+      this.#setIds.set(name, id);
+      this.#declared.set(name, { fields, map: isMap });
+      const at = this.#begin(MSG.NEWSET, NLM_F_CREATE);
+      w.str(1, table);
+      w.str(2, name);
+      w.u32be(3, (isMap ? SET_MAP : 0) | (dynamic ? SET_TIMEOUT | SET_EVAL : 0));
+      w.u32be(4, keyTypeId(fields));
+      w.u32be(5, keyLength(fields));
+      if (isMap) {
+        w.u32be(6, NFT_DATA_VERDICT_TYPE);
+        w.u32be(7, 0);
       }
-      const exprs = encodeRule(body, {
-        family: fam as "ip" | "ip6",
-        setId: (n) => setIds.get(n) ?? null,
-        anonymousVerdictMap: (verdicts) => {
-          const id = nextSetId++;
-          const name = anonymousName?.("map") ?? "__map%d";
-          out.push({
-            msg: MSG.NEWSET,
-            flags: NLM_F_REQUEST | NLM_F_CREATE | newAnonymousExcl,
-            family,
-            statement: line,
-            body: encodeAttrs([
-              tableAttr,
-              strAttr(2, name),
-              be32Attr(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP),
-              be32Attr(4, TYPE_INTEGER),
-              be32Attr(5, 4),
-              be32Attr(6, NFT_DATA_VERDICT_TYPE),
-              be32Attr(7, 0),
-              be32Attr(10, id),
-              nest(9, [be32Attr(1, verdicts.length)]),
-              attr(
-                13,
-                udata([
-                  [0, udataU32(1)],
-                  [1, udataU32(0)],
-                  [4, Uint8Array.of(0x00, 0x04, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00)],
-                  [6, udataU32(0)],
-                ]),
-              ),
-            ]),
-          });
-          const elems = verdicts.map((v: Verdict, k) => {
-            const key = new Uint8Array(4);
-            new DataView(key.buffer).setUint32(0, k, true);
-            // nft numbers the list's elements 1, 2, ... (the kernel ignores the type).
-            return nest(k + 1, [dataValue(1, key), dataVerdict(2, v)]);
-          });
-          out.push({
-            msg: MSG.NEWSETELEM,
-            flags: NLM_F_REQUEST | NLM_F_CREATE,
-            family,
-            statement: line,
-            body: encodeAttrs(elementListHead(name, id).concat(nest(3, elems))),
-          });
-          return { name, id };
-        },
-        anonymousIntervalSet: (field, ranges) => {
-          const id = nextSetId++;
-          const name = anonymousName?.("set") ?? "__set%d";
-          const t = ADDRESS_TYPEOF[fam as "ip" | "ip6"];
-          const dt = keyFields(t.type)![0];
-          const elems: NlAttr[] = [];
-          const add = (key: Uint8Array, end: boolean) => {
-            const parts = end ? [be32Attr(3, ELEM_INTERVAL_END), dataValue(1, key)] : [dataValue(1, key)];
-            elems.push(nest(elems.length + 1, parts));
-          };
-          // nft's interval encoding: a closing element at address 0 when the first range starts later,
-          // then each range's start and (unless it reaches the last address) the address after its end.
-          const leading = ranges[0][0].some((b) => b !== 0);
-          if (leading) add(new Uint8Array(dt.size), true);
-          for (const [first, last] of ranges) {
-            const after = nextAddress(last);
-            if (after !== null) {
-              add(first, false);
-              add(after, true);
-            } else {
-              // A range up to the last address has no closing element: nft marks its start as open.
-              elems.push(nest(elems.length + 1, [dataValue(1, first), attr(6, udata([[1, udataU32(1)]]))]));
-            }
-          }
-          const typeofData = udata([[0, udataU32(t.desc)], [1, udataU32(t[field])]]);
-          out.push({
-            msg: MSG.NEWSET,
-            flags: NLM_F_REQUEST | NLM_F_CREATE | newAnonymousExcl,
-            family,
-            statement: line,
-            body: encodeAttrs([
-              tableAttr,
-              strAttr(2, name),
-              be32Attr(3, SET_ANONYMOUS | SET_CONSTANT | SET_INTERVAL),
-              be32Attr(4, dt.id),
-              be32Attr(5, dt.size),
-              be32Attr(10, id),
-              // nft counts a closing element for every range, also one it leaves out.
-              nest(9, [be32Attr(1, (leading ? 1 : 0) + 2 * ranges.length)]),
-              attr(
-                13,
-                udata([
-                  [0, udataU32(dt.byteorder)],
-                  [2, udataU32(1)],
-                  [3, udata([[0, udataU32(7)], [1, typeofData]])],
-                ]),
-              ),
-            ]),
-          });
-          out.push({
-            msg: MSG.NEWSETELEM,
-            flags: NLM_F_REQUEST | NLM_F_CREATE,
-            family,
-            statement: line,
-            body: encodeAttrs(elementListHead(name, id).concat(nest(3, elems))),
-          });
-          return { name, id };
-        },
-      }, line);
-      const attrs = [tableAttr, strAttr(2, chain), nest(4, exprs)];
-      if (comment !== null) attrs.push(attr(7, udata([[0, udataString(comment)]])));
-      push(MSG.NEWRULE, NLM_F_CREATE | NLM_F_APPEND, attrs);
-      continue;
+      w.u32be(10, id);
+      if (timeout !== null) w.u64be(11, timeout * 1000);
+      // The user data nft 1.0.6 stores for the set (read back by `nft list`).
+      const ud = w.begin(13);
+      w.udU32(0, fields.length === 1 ? fields[0].byteorder : 0);
+      if (isMap) {
+        w.udU32(1, 0);
+        w.udBytes(3, VERDICT_MAP_DATA_DESC);
+        w.udU32(6, 0);
+      }
+      if (comment !== null) w.udString(7, comment);
+      w.end(ud);
+      w.endMessage(at);
+      return;
     }
 
     // Elements: "<set> { k1 [comment "c"] [: v1], k2 ... }".
-    if (verb === "flush") fail("flush element");
+    if (verb === "flush") this.#fail("flush element");
     const em = /^(\S+) \{ (.*) \}$/.exec(rest);
-    if (em === null) fail("element list");
-    const set = em![1];
-    const decl = declared.get(set) ?? knownContainer(set, fam as "ip" | "ip6");
-    if (decl === null) fail(`elements of ${set} (its type is not known here)`);
-    const elems: NlAttr[] = [];
-    for (const e of em![2].split(/, /)) {
+    if (em === null) this.#fail("element list");
+    const set = em[1];
+    const decl = this.#declared.get(set) ?? knownContainer(set, fam);
+    if (decl === null) this.#fail(`elements of ${set} (its type is not known here)`);
+    const id = this.#setIds.get(set);
+    const msg = verb === "add" ? MSG.NEWSETELEM : MSG.DELSETELEM;
+    /** Starts a message of this command's elements; returns [message, element list] offsets. */
+    const startList = (): [number, number] => {
+      const at = this.#begin(msg, verb === "add" ? NLM_F_CREATE : 0);
+      w.str(1, table);
+      w.str(2, set);
+      if (id !== undefined) w.u32be(4, id);
+      return [at, w.beginNest(3)];
+    };
+    let [at, list] = startList();
+    const elements = em[2];
+    // Elements are ", "-separated (an empty one, as in "{ a, }", is refused below).
+    for (let k = 0, pos = 0; pos <= elements.length; k++) {
+      let stop = elements.indexOf(", ", pos);
+      if (stop < 0) stop = elements.length;
+      const e = elements.slice(pos, stop);
+      pos = stop + 2;
       const x = /^(.+?)(?: comment ("(?:[^"\\]|\\.)*"))?(?: : (.+))?$/.exec(e);
-      if (x === null) fail("element");
-      const key = encodeKey(decl!.fields, x![1].split(" . "));
-      if (key === null) fail(`element key ${JSON.stringify(x![1])}`);
-      const parts = [dataValue(1, key!)];
+      if (x === null) this.#fail("element");
+      const key = encodeKey(decl.fields, x[1].split(" . "));
+      if (key === null) this.#fail(`element key ${JSON.stringify(x[1])}`);
+      const start = w.length;
+      // nft numbers the elements of a command 1, 2, ... across its messages.
+      const elem = w.beginNest(k + 1);
+      dataValue(w, 1, key);
       if (verb === "add") {
-        if (decl!.map !== (x![3] !== undefined)) fail("element value");
-        if (x![3] !== undefined) {
-          const v = /^(?:(jump|goto) (\S+)|(drop|accept|return))$/.exec(x![3]);
-          if (v === null) fail(`element value ${JSON.stringify(x![3])}`);
-          parts.push(
-            dataVerdict(
-              2,
-              v![1] !== undefined
-                ? { code: VERDICT[v![1] as "jump" | "goto"], chain: v![2] }
-                : { code: VERDICT[v![3] as "drop" | "accept" | "return"] },
-            ),
-          );
+        if (decl.map !== (x[3] !== undefined)) this.#fail("element value");
+        if (x[3] !== undefined) {
+          const v = /^(?:(jump|goto) (\S+)|(drop|accept|return))$/.exec(x[3]);
+          if (v === null) this.#fail(`element value ${JSON.stringify(x[3])}`);
+          if (v[1] !== undefined) dataVerdict(w, 2, VERDICT[v[1] as "jump" | "goto"], v[2]);
+          else dataVerdict(w, 2, VERDICT[v[3] as "drop" | "accept" | "return"]);
         }
-        if (x![2] !== undefined) {
-          const c = unquote(x![2]);
-          if (c === null) fail("element comment");
-          parts.push(attr(6, udata([[0, udataString(c!)]])));
+        if (x[2] !== undefined) {
+          const c = unquote(x[2]);
+          if (c === null) this.#fail("element comment");
+          commentAttr(w, 6, c);
         }
       }
-      elems.push(nest(elems.length + 1, parts));
+      w.end(elem);
+      // A netlink attribute's length is 16 bits: the element list of one message stays well below 64
+      // KiB (nft splits the same way), a long command becomes several messages of one batch. The
+      // element that does not fit moves to the next message (a copy once per message, not per element).
+      if (w.length - list - 4 > ELEMENT_LIST_BYTES && start > list + 4) {
+        const moved = w.bytes(start).slice();
+        w.truncate(start);
+        w.end(list);
+        w.endMessage(at);
+        [at, list] = startList();
+        w.raw(moved);
+      }
     }
-    const id = setIds.get(set);
-    // A netlink attribute's length is 16 bits: the element list of one message stays well below 64 KiB
-    // (nft splits the same way), a long command becomes several messages of one batch.
-    for (const chunk of chunkBySize(elems, ELEMENT_LIST_BYTES)) {
-      const attrs = [tableAttr, strAttr(2, set)];
-      if (id !== undefined) attrs.push(be32Attr(4, id));
-      attrs.push(nest(3, chunk));
-      push(verb === "add" ? MSG.NEWSETELEM : MSG.DELSETELEM, verb === "add" ? NLM_F_CREATE : 0, attrs);
-    }
+    w.end(list);
+    w.endMessage(at);
+  }
+}
+
+/** The line of `text` starting at `from`. */
+function lineAt(text: string, from: number): string {
+  const to = text.indexOf("\n", from);
+  return text.slice(from, to < 0 ? text.length : to);
+}
+
+/**
+ * The batch framed in `w` (BATCH_BEGIN at 0, `messages` messages from `firstSeq` + 1), ended with
+ * BATCH_END; `statement(k)` is the line of the k-th message.
+ */
+function framed(
+  w: NlWriter,
+  firstSeq: number,
+  messages: number,
+  statement: (k: number) => string,
+): FramedBatch {
+  const base = firstSeq + 1;
+  const lastSeq = base + messages - 1;
+  writeBatchEnd(w, lastSeq + 1);
+  return {
+    bytes: w.bytes(),
+    messages,
+    lastSeq,
+    statementOf: (seq) => seq >= base && seq <= lastSeq ? statement(seq - base) : undefined,
+  };
+}
+
+/**
+ * Encodes a transaction: the messages in order, unframed, each body a copy (tests compare them with nft's
+ * messages; the writer frames with {@link NftBatchEncoder.encode}, the same bytes).
+ */
+export function encodeTransaction(transaction: string, opts: EncodeOptions = {}): NftBatchMessage[] {
+  const { bytes, statementOf, lastSeq } = new NftBatchEncoder().encode(transaction, 0, opts);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out: NftBatchMessage[] = [];
+  let off = BATCH_FRAME_BYTES;
+  for (let seq = 1; seq <= lastSeq; seq++) {
+    const len = view.getUint32(off, true);
+    out.push({
+      msg: view.getUint16(off + 4, true) & 0xff,
+      // NLM_F_ACK marks the batch's last message: the frame's, not the statement's.
+      flags: view.getUint16(off + 6, true) & ~NLM_F_ACK,
+      family: bytes[off + 16],
+      body: bytes.slice(off + 20, off + len),
+      statement: statementOf(seq)!,
+    });
+    off += len;
   }
   return out;
 }
@@ -527,35 +791,19 @@ function knownContainer(name: string, family: "ip" | "ip6"): { fields: NftDataty
   return null;
 }
 
-/** A framed batch: its bytes and the statement of each sequence number. */
-export interface FramedBatch {
-  readonly bytes: Uint8Array;
-  /** Sequence number of the last message (it carries NLM_F_ACK). */
-  readonly lastSeq: number;
-  /** The statement of a message's sequence number, or undefined. */
-  statementOf(seq: number): string | undefined;
-}
-
 /**
- * Frames `messages` into one NFNL batch, sequence numbers from `firstSeq`: BATCH_BEGIN, the messages
- * (the last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END.
+ * Frames `messages` (from {@link encodeTransaction}) into one NFNL batch, sequence numbers from
+ * `firstSeq`: the bytes {@link NftBatchEncoder.encode} writes for their transaction.
  */
 export function frameBatch(messages: readonly NftBatchMessage[], firstSeq: number): FramedBatch {
-  const base = firstSeq + 1;
-  let n = 2 * BATCH_FRAME_BYTES;
-  for (const m of messages) n += nftMessageSize(m.body.length);
-  const out = new Uint8Array(n);
-  const view = new DataView(out.buffer);
-  let off = writeBatchBegin(out, view, 0, firstSeq);
+  const w = new NlWriter();
+  writeBatchBegin(w, firstSeq);
+  let last = -1;
   messages.forEach((m, k) => {
-    const flags = k === messages.length - 1 ? m.flags | NLM_F_ACK : m.flags;
-    off = writeNftMessage(out, view, off, { ...m, flags, seq: base + k });
+    last = w.beginMessage(nftMessageType(m.msg), m.flags, firstSeq + 1 + k, m.family);
+    w.raw(m.body);
+    w.endMessage(last);
   });
-  const lastSeq = base + messages.length - 1;
-  writeBatchEnd(out, view, off, lastSeq + 1);
-  return {
-    bytes: out,
-    lastSeq,
-    statementOf: (seq) => messages[seq - base]?.statement,
-  };
+  if (last >= 0) w.addMessageFlags(last, NLM_F_ACK);
+  return framed(w, firstSeq, messages.length, (k) => messages[k].statement);
 }

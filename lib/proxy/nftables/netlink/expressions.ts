@@ -1,9 +1,9 @@
 /**
- * nf_tables expressions as netlink attributes (pure): each builder returns one NFTA_LIST_ELEM holding
- * NFTA_EXPR_NAME and NFTA_EXPR_DATA, with the attributes in the order nft 1.0.6 writes them (so a
- * captured nft batch and ours compare byte for byte). Registers are the kernel's numbers.
+ * nf_tables expressions as netlink attributes, written into an {@link NlWriter}: each writes one
+ * NFTA_LIST_ELEM holding NFTA_EXPR_NAME and NFTA_EXPR_DATA, with the attributes in the order nft 1.0.6
+ * writes them (so a captured nft batch and ours compare byte for byte). Registers are the kernel's numbers.
  */
-import { attr, be32Attr, nest, type NlAttr, strAttr } from "./attrs.ts";
+import type { NlWriter } from "./attrs.ts";
 
 const NFTA_LIST_ELEM = 1;
 const NFTA_EXPR_NAME = 1;
@@ -34,20 +34,42 @@ export function reg32(index: number): number {
   return index % 4 === 0 ? REG_1 + index / 4 : 8 + index;
 }
 
-function expr(name: string, data: readonly NlAttr[]): NlAttr {
-  return nest(NFTA_LIST_ELEM, [strAttr(NFTA_EXPR_NAME, name), nest(NFTA_EXPR_DATA, data)]);
+/** Starts expression `name`: its list element, name and data nest; {@link endExpr} closes both. */
+function beginExpr(w: NlWriter, name: string): number {
+  const elem = w.beginNest(NFTA_LIST_ELEM);
+  w.str(NFTA_EXPR_NAME, name);
+  w.beginNest(NFTA_EXPR_DATA);
+  return elem;
 }
 
-/** NFTA_DATA_VALUE inside a nest of type `type`. */
-export function dataValue(type: number, value: Uint8Array): NlAttr {
-  return nest(type, [attr(NFTA_DATA_VALUE, value)]);
+/** Closes the expression begun at `elem`: its data nest (after the name attribute), then the element. */
+function endExpr(w: NlWriter, elem: number): void {
+  w.end(w.after(elem + 4));
+  w.end(elem);
 }
 
-/** NFTA_DATA_VERDICT inside a nest of type `type`. */
-export function dataVerdict(type: number, v: Verdict): NlAttr {
-  const inner: NlAttr[] = [be32Attr(NFTA_VERDICT_CODE, v.code)];
-  if (v.chain !== undefined) inner.push(strAttr(NFTA_VERDICT_CHAIN, v.chain));
-  return nest(type, [nest(NFTA_DATA_VERDICT, inner)]);
+/** NFTA_DATA_VALUE `value` inside a nest of type `type`. */
+export function dataValue(w: NlWriter, type: number, value: Uint8Array): void {
+  const at = w.beginNest(type);
+  w.attr(NFTA_DATA_VALUE, value);
+  w.end(at);
+}
+
+/** NFTA_DATA_VALUE of a host-order (little-endian) u32 inside a nest of type `type`. */
+export function dataValueU32le(w: NlWriter, type: number, value: number): void {
+  const at = w.beginNest(type);
+  w.u32le(NFTA_DATA_VALUE, value);
+  w.end(at);
+}
+
+/** NFTA_DATA_VERDICT (`code`, and for jump/goto `chain`) inside a nest of type `type`. */
+export function dataVerdict(w: NlWriter, type: number, code: number, chain?: string): void {
+  const outer = w.beginNest(type);
+  const inner = w.beginNest(NFTA_DATA_VERDICT);
+  w.u32be(NFTA_VERDICT_CODE, code);
+  if (chain !== undefined) w.str(NFTA_VERDICT_CHAIN, chain);
+  w.end(inner);
+  w.end(outer);
 }
 
 /** Payload bases. */
@@ -55,8 +77,13 @@ export const PAYLOAD_NETWORK = 1;
 export const PAYLOAD_TRANSPORT = 2;
 
 /** `payload load <len>b @ <base> + <offset> => reg <dreg>`. */
-export function payload(dreg: number, base: number, offset: number, len: number): NlAttr {
-  return expr("payload", [be32Attr(1, dreg), be32Attr(2, base), be32Attr(3, offset), be32Attr(4, len)]);
+export function payload(w: NlWriter, dreg: number, base: number, offset: number, len: number): void {
+  const e = beginExpr(w, "payload");
+  w.u32be(1, dreg);
+  w.u32be(2, base);
+  w.u32be(3, offset);
+  w.u32be(4, len);
+  endExpr(w, e);
 }
 
 /** cmp operators. */
@@ -64,8 +91,21 @@ export const CMP_EQ = 0;
 export const CMP_NEQ = 1;
 
 /** `cmp <op> reg <sreg> <data>`. */
-export function cmp(sreg: number, op: number, data: Uint8Array): NlAttr {
-  return expr("cmp", [be32Attr(1, sreg), be32Attr(2, op), dataValue(3, data)]);
+export function cmp(w: NlWriter, sreg: number, op: number, data: Uint8Array): void {
+  const e = beginExpr(w, "cmp");
+  w.u32be(1, sreg);
+  w.u32be(2, op);
+  dataValue(w, 3, data);
+  endExpr(w, e);
+}
+
+/** `cmp <op> reg <sreg> <value>` of a host-order u32 (marks, ct state, fib results). */
+export function cmpU32le(w: NlWriter, sreg: number, op: number, value: number): void {
+  const e = beginExpr(w, "cmp");
+  w.u32be(1, sreg);
+  w.u32be(2, op);
+  dataValueU32le(w, 3, value);
+  endExpr(w, e);
 }
 
 /**
@@ -73,16 +113,40 @@ export function cmp(sreg: number, op: number, data: Uint8Array): NlAttr {
  * which nft 1.0.6 writes for a mark statement and not for a match.
  */
 export function bitwise(
+  w: NlWriter,
   sreg: number,
   dreg: number,
   mask: Uint8Array,
   xor: Uint8Array,
   withOp = false,
-): NlAttr {
-  const data = [be32Attr(1, sreg), be32Attr(2, dreg)];
-  if (withOp) data.push(be32Attr(6, 0));
-  data.push(be32Attr(3, mask.length), dataValue(4, mask), dataValue(5, xor));
-  return expr("bitwise", data);
+): void {
+  const e = beginExpr(w, "bitwise");
+  w.u32be(1, sreg);
+  w.u32be(2, dreg);
+  if (withOp) w.u32be(6, 0);
+  w.u32be(3, mask.length);
+  dataValue(w, 4, mask);
+  dataValue(w, 5, xor);
+  endExpr(w, e);
+}
+
+/** {@link bitwise} of host-order u32 `mask` and `xor` (marks, ct state). */
+export function bitwiseU32le(
+  w: NlWriter,
+  sreg: number,
+  dreg: number,
+  mask: number,
+  xor: number,
+  withOp = false,
+): void {
+  const e = beginExpr(w, "bitwise");
+  w.u32be(1, sreg);
+  w.u32be(2, dreg);
+  if (withOp) w.u32be(6, 0);
+  w.u32be(3, 4);
+  dataValueU32le(w, 4, mask);
+  dataValueU32le(w, 5, xor);
+  endExpr(w, e);
 }
 
 /** Meta keys. */
@@ -91,21 +155,30 @@ export const META_IIFNAME = 6;
 export const META_L4PROTO = 16;
 
 /** `meta load <key> => reg <dreg>`. */
-export function metaLoad(key: number, dreg: number): NlAttr {
-  return expr("meta", [be32Attr(2, key), be32Attr(1, dreg)]);
+export function metaLoad(w: NlWriter, key: number, dreg: number): void {
+  const e = beginExpr(w, "meta");
+  w.u32be(2, key);
+  w.u32be(1, dreg);
+  endExpr(w, e);
 }
 
 /** `meta set <key> with reg <sreg>`. */
-export function metaSet(key: number, sreg: number): NlAttr {
-  return expr("meta", [be32Attr(2, key), be32Attr(3, sreg)]);
+export function metaSet(w: NlWriter, key: number, sreg: number): void {
+  const e = beginExpr(w, "meta");
+  w.u32be(2, key);
+  w.u32be(3, sreg);
+  endExpr(w, e);
 }
 
 /** ct key state. */
 export const CT_STATE = 0;
 
 /** `ct load <key> => reg <dreg>`. */
-export function ctLoad(key: number, dreg: number): NlAttr {
-  return expr("ct", [be32Attr(2, key), be32Attr(1, dreg)]);
+export function ctLoad(w: NlWriter, key: number, dreg: number): void {
+  const e = beginExpr(w, "ct");
+  w.u32be(2, key);
+  w.u32be(1, dreg);
+  endExpr(w, e);
 }
 
 /**
@@ -113,33 +186,46 @@ export function ctLoad(key: number, dreg: number): NlAttr {
  * a `!=` match (NFT_LOOKUP_F_INV).
  */
 export function lookup(
+  w: NlWriter,
   sreg: number,
   set: string,
   setId: number | null,
   dreg: number | null,
   invert = false,
-): NlAttr {
-  const data = [be32Attr(2, sreg)];
-  if (dreg !== null) data.push(be32Attr(3, dreg));
-  data.push(strAttr(1, set));
-  if (setId !== null) data.push(be32Attr(4, setId));
-  if (invert) data.push(be32Attr(5, 1));
-  return expr("lookup", data);
+): void {
+  const e = beginExpr(w, "lookup");
+  w.u32be(2, sreg);
+  if (dreg !== null) w.u32be(3, dreg);
+  w.str(1, set);
+  if (setId !== null) w.u32be(4, setId);
+  if (invert) w.u32be(5, 1);
+  endExpr(w, e);
 }
 
-/** `immediate reg 0 <verdict>`. */
-export function immediateVerdict(v: Verdict): NlAttr {
-  return expr("immediate", [be32Attr(1, REG_VERDICT), dataVerdict(2, v)]);
+/** `immediate reg 0 <verdict>` (`code`, and for jump/goto `chain`). */
+export function immediateVerdict(w: NlWriter, code: number, chain?: string): void {
+  const e = beginExpr(w, "immediate");
+  w.u32be(1, REG_VERDICT);
+  dataVerdict(w, 2, code, chain);
+  endExpr(w, e);
 }
 
 /** `immediate reg <dreg> <value>`. */
-export function immediateValue(dreg: number, value: Uint8Array): NlAttr {
-  return expr("immediate", [be32Attr(1, dreg), dataValue(2, value)]);
+export function immediateValue(w: NlWriter, dreg: number, value: Uint8Array): void {
+  const e = beginExpr(w, "immediate");
+  w.u32be(1, dreg);
+  dataValue(w, 2, value);
+  endExpr(w, e);
 }
 
 /** `numgen reg <dreg> = random mod <modulus>`. */
-export function numgenRandom(dreg: number, modulus: number): NlAttr {
-  return expr("numgen", [be32Attr(1, dreg), be32Attr(2, modulus), be32Attr(3, 1), be32Attr(4, 0)]);
+export function numgenRandom(w: NlWriter, dreg: number, modulus: number): void {
+  const e = beginExpr(w, "numgen");
+  w.u32be(1, dreg);
+  w.u32be(2, modulus);
+  w.u32be(3, 1);
+  w.u32be(4, 0);
+  endExpr(w, e);
 }
 
 /** NF_NAT_RANGE_PROTO_SPECIFIED, NF_NAT_RANGE_PROTO_RANDOM_FULLY. */
@@ -147,24 +233,29 @@ const NAT_PROTO_SPECIFIED = 0x2;
 export const NAT_RANDOM_FULLY = 0x10;
 
 /** `nat dnat <family> addr_min reg <addrReg> proto_min reg <protoReg>`. */
-export function dnat(nfproto: number, addrReg: number, protoReg: number): NlAttr {
-  return expr("nat", [
-    be32Attr(1, 1),
-    be32Attr(2, nfproto),
-    be32Attr(3, addrReg),
-    be32Attr(5, protoReg),
-    be32Attr(7, NAT_PROTO_SPECIFIED),
-  ]);
+export function dnat(w: NlWriter, nfproto: number, addrReg: number, protoReg: number): void {
+  const e = beginExpr(w, "nat");
+  w.u32be(1, 1);
+  w.u32be(2, nfproto);
+  w.u32be(3, addrReg);
+  w.u32be(5, protoReg);
+  w.u32be(7, NAT_PROTO_SPECIFIED);
+  endExpr(w, e);
 }
 
 /** `masq flags <flags>`. */
-export function masq(flags: number): NlAttr {
-  return expr("masq", [be32Attr(1, flags)]);
+export function masq(w: NlWriter, flags: number): void {
+  const e = beginExpr(w, "masq");
+  w.u32be(1, flags);
+  endExpr(w, e);
 }
 
 /** `reject type <type> code <code>` (NFT_REJECT_ICMP_UNREACH is type 0). */
-export function reject(type: number, code: number): NlAttr {
-  return expr("reject", [be32Attr(1, type), attr(2, Uint8Array.of(code))]);
+export function reject(w: NlWriter, type: number, code: number): void {
+  const e = beginExpr(w, "reject");
+  w.u32be(1, type);
+  w.u8(2, code);
+  endExpr(w, e);
 }
 
 /** fib flags and results. */
@@ -173,13 +264,20 @@ export const FIB_DADDR = 2;
 export const FIB_RESULT_ADDRTYPE = 3;
 
 /** `fib <flags> type => reg <dreg>`. */
-export function fib(flags: number, result: number, dreg: number): NlAttr {
-  return expr("fib", [be32Attr(3, flags), be32Attr(2, result), be32Attr(1, dreg)]);
+export function fib(w: NlWriter, flags: number, result: number, dreg: number): void {
+  const e = beginExpr(w, "fib");
+  w.u32be(3, flags);
+  w.u32be(2, result);
+  w.u32be(1, dreg);
+  endExpr(w, e);
 }
 
 /** `dynset update reg_key <sreg> set <set>`. */
-export function dynsetUpdate(sreg: number, set: string, setId: number | null): NlAttr {
-  const data = [be32Attr(4, sreg), be32Attr(3, 1), strAttr(1, set)];
-  if (setId !== null) data.push(be32Attr(2, setId));
-  return expr("dynset", data);
+export function dynsetUpdate(w: NlWriter, sreg: number, set: string, setId: number | null): void {
+  const e = beginExpr(w, "dynset");
+  w.u32be(4, sreg);
+  w.u32be(3, 1);
+  w.str(1, set);
+  if (setId !== null) w.u32be(2, setId);
+  endExpr(w, e);
 }
