@@ -344,7 +344,20 @@ for (const portals of ["none", "iptables"] as const) {
             }
           }
           const gone = await ask(c.client, IP.web, 80);
-          assert.notDeepEqual(gone, [`pod3@${A.podGateway}`], "the operator's deletion must break traffic");
+          if (gone[0] === `pod3@${A.podGateway}`) {
+            // The agent's periodic check (every 5 s) may have repaired the drift between the deletion and
+            // this request (a process start away under load): then what was deleted must be back already.
+            const present = portals === "none"
+              ? (await c.node.exec(["ip", "-4", "-o", "addr", "show", "to", `${IP.web}/32`])).stdout
+                .trim() !== ""
+              : (await c.node.exec(["iptables", "-t", "nat", "-S", "PREROUTING"])).stdout.includes(
+                "-j KUBE-PORTALS-CONTAINER",
+              ) &&
+                (await c.node.exec(["iptables", "-t", "nat", "-S", "OUTPUT"])).stdout.includes(
+                  "-j KUBE-PORTALS-HOST",
+                );
+            assert.ok(present, "traffic flowed while what the operator deleted was still missing");
+          }
           const back = await pollUntil(
             () => ask(c.client, IP.web, 80),
             (r) => r[0] === `pod3@${A.podGateway}`,
