@@ -22,7 +22,6 @@ import type { JumpRule } from "./jump_rules_table.ts";
 import { ruleTarget } from "./restore_content.ts";
 import { applyPayloadToOwnedRules, type OwnedRules, ownedRulesVersion } from "./owned_rules.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
-import { parseIptablesSave, type SavedTables } from "./save_parse.ts";
 
 /** Chain → rule count, read-only (a Map, or a view of one). */
 export interface ChainCounts extends Iterable<[string, number]> {
@@ -192,20 +191,11 @@ export class DriftTracker {
   }
 }
 
-/** True when one of `lines` (iptables -S / iptables-save rule lines) is `rule`. */
-export function hasJumpRule(lines: readonly string[], rule: JumpRule): boolean {
-  const head = `-A ${rule.fromChain} `;
-  return lines.some((l) =>
-    l.startsWith(head) && ruleTarget(l) === rule.toChain &&
-    (rule.comment === "" || l.includes(rule.comment)) &&
-    rule.extraArgs.every((a) => l.includes(` ${a}`))
-  );
-}
-
-function countRules(lines: readonly string[]): number {
-  let n = 0;
-  for (const l of lines) if (l.startsWith("-A ")) n++;
-  return n;
+/** True when `line` (an iptables -S / iptables-save rule line) is `rule`. */
+export function isJumpRuleLine(line: string, rule: JumpRule): boolean {
+  return line.startsWith(`-A ${rule.fromChain} `) && ruleTarget(line) === rule.toChain &&
+    (rule.comment === "" || line.includes(rule.comment)) &&
+    rule.extraArgs.every((a) => line.includes(` ${a}`));
 }
 
 function countReason(table: string, chain: string, actual: number, expected: number): string | null {
@@ -227,11 +217,70 @@ function builtinChains(rules: readonly JumpRule[]): Map<string, JumpRule[]> {
 }
 
 /**
- * Pure comparison of parsed iptables-save output (nat and filter, or everything) with an expectation:
- * every expected chain exists with the expected rule count, and every jump rule is present.
+ * What the full check keeps of iptables-save output fed to it line by line (`line`): the rule count of
+ * every declared chain and which of the expectation's jump rules were seen, never the rule text (the nat
+ * table at 10k Services is ~25 MB of it). A rule for an undeclared chain (never printed by iptables-save,
+ * but tolerated) counts for that chain.
+ */
+export class SavedRuleCounts {
+  /** table → chain → rule count. */
+  readonly tables = new Map<string, Map<string, number>>();
+  /** The jump rules seen. */
+  readonly jumpsFound = new Set<JumpRule>();
+  #table: Map<string, number> | null = null;
+  #tableName = "";
+  /** The chain of the previous rule line: rules come grouped by chain, so most lines need no lookup. */
+  #last = "";
+
+  constructor(private readonly jumpRules: readonly JumpRule[]) {}
+
+  /** One line of iptables-save output (without its newline). */
+  line(l: string): void {
+    const table = this.#table;
+    const c = l.charCodeAt(0);
+    if (c === 45 /* - */ && l.charCodeAt(1) === 65 /* A */ && l.charCodeAt(2) === 32 && table !== null) {
+      const last = this.#last;
+      let chain = last;
+      if (
+        last === "" || !l.startsWith(last, 3) ||
+        (l.length !== 3 + last.length && l.charCodeAt(3 + last.length) !== 32)
+      ) {
+        const sp = l.indexOf(" ", 3);
+        chain = l.slice(3, sp < 0 ? l.length : sp);
+        this.#last = chain;
+      }
+      table.set(chain, (table.get(chain) ?? 0) + 1);
+      for (const rule of this.jumpRules) {
+        if (rule.table === this.#tableName && isJumpRuleLine(l, rule)) this.jumpsFound.add(rule);
+      }
+    } else if (c === 58 /* : */ && table !== null) {
+      const sp = l.indexOf(" ", 1);
+      const chain = l.slice(1, sp < 0 ? l.length : sp);
+      if (!table.has(chain)) table.set(chain, 0);
+    } else if (c === 42 /* * */) {
+      this.#tableName = l.slice(1).trim();
+      this.#table = this.tables.get(this.#tableName) ?? new Map();
+      this.tables.set(this.#tableName, this.#table);
+      this.#last = "";
+    } else if (l.startsWith("COMMIT")) {
+      this.#table = null;
+      this.#last = "";
+    }
+  }
+
+  /** Rules in `chain` of `table`, or -1 when it was not declared. */
+  count(table: string, chain: string): number {
+    return this.tables.get(table)?.get(chain) ?? -1;
+  }
+}
+
+/**
+ * Pure comparison of what iptables-save showed (nat and filter, or everything) with an expectation:
+ * every expected chain exists with the expected rule count, and every jump rule is present. `saved` must
+ * have been built for `exp.jumpRules`.
  */
 export function compareSavedToExpectation(
-  saved: SavedTables,
+  saved: SavedRuleCounts,
   exp: DriftExpectation,
   maxReasons = DEFAULT_MAX_REASONS,
 ): { reasons: string[]; chainsChecked: number } {
@@ -241,26 +290,26 @@ export function compareSavedToExpectation(
     if (r !== null && reasons.length < maxReasons) reasons.push(r);
   };
   for (const rule of exp.jumpRules) {
-    const c = saved.get(rule.table)?.chains.get(rule.fromChain);
-    if (!hasJumpRule(c?.rules ?? [], rule)) {
-      add(`${rule.table} ${rule.fromChain} lacks the jump to ${rule.toChain}`);
-    }
+    if (!saved.jumpsFound.has(rule)) add(`${rule.table} ${rule.fromChain} lacks the jump to ${rule.toChain}`);
   }
   for (const [table, chains] of exp.fixedChains) {
     for (const [chain, n] of chains) {
       chainsChecked++;
-      add(countReason(table, chain, saved.get(table)?.chains.get(chain)?.rules.length ?? -1, n));
+      add(countReason(table, chain, saved.count(table, chain), n));
     }
   }
-  const nat = saved.get("nat");
+  const nat = saved.tables.get("nat");
   for (const [chain, n] of exp.serviceChains) {
     chainsChecked++;
-    add(countReason("nat", chain, nat?.chains.get(chain)?.rules.length ?? -1, n));
+    add(countReason("nat", chain, nat?.get(chain) ?? -1, n));
   }
   return { reasons, chainsChecked };
 }
 
-/** Full check: one iptables-save per table in the expectation, then `compareSavedToExpectation`. */
+/**
+ * Full check: one iptables-save per table in the expectation, streamed line by line into
+ * `SavedRuleCounts`, then `compareSavedToExpectation`.
+ */
 export async function checkDriftFull(
   runner: IptablesRunner,
   exp: DriftExpectation,
@@ -268,20 +317,25 @@ export async function checkDriftFull(
 ): Promise<DriftReport> {
   const tables = new Set<string>([...exp.fixedChains.keys(), ...exp.jumpRules.map((r) => r.table)]);
   if (exp.serviceChains.size > 0) tables.add("nat");
-  const saved: SavedTables = new Map();
-  for (const t of tables) {
-    const one = parseIptablesSave(await runner.save(t as IptablesTable)).get(t);
-    if (one !== undefined) saved.set(t, one);
-  }
+  const saved = new SavedRuleCounts(exp.jumpRules);
+  for (const t of tables) await runner.saveLines(t as IptablesTable, (l) => saved.line(l));
   const { reasons, chainsChecked } = compareSavedToExpectation(saved, exp, maxReasons);
   return { drifted: reasons.length > 0, reasons, chainsChecked, commands: tables.size };
 }
 
-/** `iptables -S <chain> -t <table>` lines, or null when the chain does not exist. */
-async function listChain(runner: IptablesRunner, table: string, chain: string): Promise<string[] | null> {
+/**
+ * `iptables -S <chain> -t <table>`, its lines streamed to `onLine` (never held: KUBE-SERVICES is 10k
+ * lines at 10k Services); false when the chain does not exist.
+ */
+async function listChain(
+  runner: IptablesRunner,
+  table: string,
+  chain: string,
+  onLine: (line: string) => void,
+): Promise<boolean> {
   const args = iptablesArgs(runner, "-S", table as IptablesTable, chain);
-  const r = await runner.exec(args);
-  if (r.code === 1) return null;
+  const r = await runner.execLines(args, onLine);
+  if (r.code === 1) return false;
   if (r.code !== 0) {
     throw new Error(
       `listing ${table} ${chain} (iptables ${args.join(" ")}): exit ${r.code}: ${
@@ -289,7 +343,16 @@ async function listChain(runner: IptablesRunner, table: string, chain: string): 
       }`,
     );
   }
-  return r.stdout.split("\n");
+  return true;
+}
+
+/** Rules in `chain` (`iptables -S`, counted as the lines stream by), or -1 when it does not exist. */
+async function countChainRules(runner: IptablesRunner, table: string, chain: string): Promise<number> {
+  let n = 0;
+  const exists = await listChain(runner, table, chain, (l) => {
+    if (l.startsWith("-A ")) n++;
+  });
+  return exists ? n : -1;
 }
 
 /**
@@ -311,17 +374,19 @@ export async function checkDriftCheap(
   for (const [key, rules] of builtinChains(exp.jumpRules)) {
     const [table, chain] = key.split(" ");
     commands++;
-    const lines = (await listChain(runner, table, chain)) ?? [];
+    const found = new Set<JumpRule>();
+    await listChain(runner, table, chain, (l) => {
+      for (const rule of rules) if (isJumpRuleLine(l, rule)) found.add(rule);
+    });
     for (const rule of rules) {
-      if (!hasJumpRule(lines, rule)) add(`${table} ${chain} lacks the jump to ${rule.toChain}`);
+      if (!found.has(rule)) add(`${table} ${chain} lacks the jump to ${rule.toChain}`);
     }
   }
   for (const [table, chains] of exp.fixedChains) {
     for (const [chain, n] of chains) {
       commands++;
       chainsChecked++;
-      const lines = await listChain(runner, table, chain);
-      add(countReason(table, chain, lines === null ? -1 : countRules(lines), n));
+      add(countReason(table, chain, await countChainRules(runner, table, chain), n));
     }
   }
   for (const chain of sample) {
@@ -329,8 +394,7 @@ export async function checkDriftCheap(
     if (n === undefined) continue;
     commands++;
     chainsChecked++;
-    const lines = await listChain(runner, "nat", chain);
-    add(countReason("nat", chain, lines === null ? -1 : countRules(lines), n));
+    add(countReason("nat", chain, await countChainRules(runner, "nat", chain), n));
   }
   return { drifted: reasons.length > 0, reasons, chainsChecked, commands };
 }

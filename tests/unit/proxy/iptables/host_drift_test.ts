@@ -7,12 +7,14 @@ import {
   type DriftExpectation,
   DriftTracker,
   expectationFromOwned,
-  hasJumpRule,
+  isJumpRuleLine,
+  SavedRuleCounts,
 } from "../../../../lib/proxy/iptables/drift.ts";
 import { applyPayloadToOwnedRules, type OwnedRules } from "../../../../lib/proxy/iptables/owned_rules.ts";
 import { IPTABLES_JUMP_RULES, jumpRuleLine } from "../../../../lib/proxy/iptables/jump_rules_table.ts";
 import { parseIptablesSave } from "../../../../lib/proxy/iptables/save_parse.ts";
 import type { ExecResult, IptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
+import { execLinesVia, saveLinesVia, streamLines } from "../../../support/iptables_lines.ts";
 
 const PAYLOAD_FULL = [
   "*filter",
@@ -107,15 +109,21 @@ describe("compareSavedToExpectation", () => {
   const tracker = new DriftTracker(NAT_JUMPS);
   tracker.recordRestore(PAYLOAD_FULL, true);
   const exp = tracker.expectation()!;
+  /** iptables-save text as the full check streams it in. */
+  const counted = (text: string) => {
+    const saved = new SavedRuleCounts(exp.jumpRules);
+    streamLines(text, (l) => saved.line(l));
+    return saved;
+  };
 
   it("no drift when the kernel matches (rule text normalised by iptables does not matter)", () => {
-    const r = compareSavedToExpectation(parseIptablesSave(savedOK()), exp);
+    const r = compareSavedToExpectation(counted(savedOK()), exp);
     assert.deepEqual(r.reasons, []);
     assert.equal(r.chainsChecked, 6);
   });
   it("a flushed KUBE-SERVICES", () => {
     const text = savedOK().split("\n").filter((l) => !l.startsWith("-A KUBE-SERVICES")).join("\n");
-    assert.deepEqual(compareSavedToExpectation(parseIptablesSave(text), exp).reasons, [
+    assert.deepEqual(compareSavedToExpectation(counted(text), exp).reasons, [
       "nat KUBE-SERVICES has 0 rules, expected 2",
     ]);
   });
@@ -123,14 +131,14 @@ describe("compareSavedToExpectation", () => {
     const text = savedOK().split("\n").filter((l) =>
       !l.startsWith("-A PREROUTING") && !l.includes("KUBE-SEP-A1 ") && l !== ":KUBE-SEP-A1 - [0:0]"
     ).join("\n");
-    assert.deepEqual(compareSavedToExpectation(parseIptablesSave(text), exp).reasons, [
+    assert.deepEqual(compareSavedToExpectation(counted(text), exp).reasons, [
       "nat PREROUTING lacks the jump to KUBE-SERVICES",
       "nat KUBE-SEP-A1 is missing",
     ]);
   });
   it("everything wiped; reasons capped", () => {
     const r = compareSavedToExpectation(
-      parseIptablesSave("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"),
+      counted("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"),
       exp,
       3,
     );
@@ -138,22 +146,45 @@ describe("compareSavedToExpectation", () => {
   });
 });
 
-describe("hasJumpRule", () => {
+describe("SavedRuleCounts", () => {
+  it("counts rules per chain as lines stream in, a chain whose name extends the previous one's included", () => {
+    const saved = new SavedRuleCounts([]);
+    for (
+      const l of [
+        "*nat",
+        ":A - [0:0]",
+        ":AB - [0:0]",
+        ":E - [0:0]",
+        "-A A -j X",
+        "-A AB -j Y",
+        "-A AB",
+        "-A A",
+        "COMMIT",
+      ]
+    ) saved.line(l);
+    assert.deepEqual([saved.count("nat", "A"), saved.count("nat", "AB"), saved.count("nat", "E")], [2, 2, 0]);
+    assert.equal(saved.count("nat", "MISSING"), -1);
+    assert.equal(saved.count("filter", "A"), -1);
+  });
+});
+
+describe("isJumpRuleLine", () => {
   it("matches iptables -S / iptables-save rendering of each jump rule, not other rules", () => {
     for (const rule of IPTABLES_JUMP_RULES) {
-      assert.ok(hasJumpRule([jumpRuleLine(rule)], rule), jumpRuleLine(rule));
-      assert.ok(!hasJumpRule([`-A ${rule.fromChain} -j ${rule.toChain}-X`], rule));
+      assert.ok(isJumpRuleLine(jumpRuleLine(rule), rule), jumpRuleLine(rule));
+      assert.ok(!isJumpRuleLine(`-A ${rule.fromChain} -j ${rule.toChain}-X`, rule));
     }
     const withNew = IPTABLES_JUMP_RULES.find((r) => r.extraArgs.length > 0)!;
     assert.ok(
-      !hasJumpRule([
+      !isJumpRuleLine(
         `-A ${withNew.fromChain} -m comment --comment "${withNew.comment}" -j ${withNew.toChain}`,
-      ], withNew),
+        withNew,
+      ),
     );
   });
 });
 
-/** Answers `iptables -S <chain> -t <table>` from a saved ruleset; records argv. */
+/** Answers `iptables -S <chain> -t <table>` and iptables-save from a saved ruleset; records argv. */
 function fakeRunner(saveText: string): IptablesRunner & { calls: string[][] } {
   const saved = parseIptablesSave(saveText);
   const calls: string[][] = [];
@@ -165,23 +196,32 @@ function fakeRunner(saveText: string): IptablesRunner & { calls: string[][] } {
     binaries: { iptables: "/x/iptables", save: "/x/iptables-save", restore: "/x/iptables-restore" },
     calls,
     restore: () => Promise.reject(new Error("unused")),
-    save: () => Promise.reject(new Error("unused")),
-    exec(args: readonly string[]): Promise<ExecResult> {
-      calls.push([...args]);
-      assert.deepEqual(args.slice(0, 3), ["-w", "5", "-S"]);
-      const chain = args[3];
-      const table = args[5];
-      const c = saved.get(table)?.chains.get(chain);
-      if (c === undefined) {
-        return Promise.resolve({
-          code: 1,
-          stdout: "",
-          stderr: "iptables: No chain/target/match by that name.\n",
-        });
-      }
-      return Promise.resolve({ code: 0, stdout: [`-N ${chain}`, ...c.rules, ""].join("\n"), stderr: "" });
+    save: (table) => {
+      calls.push(["save", table]);
+      return Promise.resolve(saveText);
     },
+    saveLines: saveLinesVia((table) => {
+      calls.push(["save", table]);
+      return Promise.resolve(saveText);
+    }),
+    execLines: execLinesVia(exec),
+    exec,
   };
+  function exec(args: readonly string[]): Promise<ExecResult> {
+    calls.push([...args]);
+    assert.deepEqual(args.slice(0, 3), ["-w", "5", "-S"]);
+    const chain = args[3];
+    const table = args[5];
+    const c = saved.get(table)?.chains.get(chain);
+    if (c === undefined) {
+      return Promise.resolve({
+        code: 1,
+        stdout: "",
+        stderr: "iptables: No chain/target/match by that name.\n",
+      });
+    }
+    return Promise.resolve({ code: 0, stdout: [`-N ${chain}`, ...c.rules, ""].join("\n"), stderr: "" });
+  }
 }
 
 describe("checkDriftCheap (fake iptables -S)", () => {
