@@ -4,7 +4,7 @@
  * Upstream only notices when its KUBE-PROXY-CANARY disappears; this check runs every syncPeriod and the
  * caller forces a full sync when it reports drift.
  *
- * What must be there comes from the restore payloads applied (OwnedRules: rule counts per chain, the
+ * What must be there comes from the render state of the last successful sync (rule counts per chain: the
  * always-rewritten chains such as nat KUBE-SERVICES plus every per-service chain) and the jump rules.
  * Rules are compared by count, not text, because iptables-save normalises what we write (match order,
  * "/32" suffixes, quoting).
@@ -16,26 +16,33 @@
  * - iptables-legacy: every `-S` downloads the whole table (0.56 s each for that nat table), so one
  *   iptables-save per table and a full comparison is cheaper there.
  */
-import { isServiceChainName } from "./chain_names.ts";
 import { DEFAULT_ENSURED_JUMP_RULES } from "./jump_rules.ts";
 import type { JumpRule } from "./jump_rules_table.ts";
 import { ruleTarget } from "./restore_content.ts";
-import { applyPayloadToOwnedRules, type OwnedRules, ownedRulesVersion } from "./owned_rules.ts";
+import { forEachOwnChain, ownChainCount, type RenderState } from "./render/state.ts";
+import { fixedChainRuleCounts } from "./render/fixed_chains.ts";
 import { firstMeaningfulLine, iptablesArgs, type IptablesRunner, type IptablesTable } from "./runner.ts";
 
-/** Chain → rule count, read-only (a Map, or a view of one). */
-export interface ChainCounts extends Iterable<[string, number]> {
+/**
+ * The nat per-service chains (SVC/SVL/EXT/FW/SEP) that must exist, with their rule counts, in a fixed
+ * order that the cheap check's sample rotates over.
+ */
+export interface ServiceChainCounts extends Iterable<readonly [chain: string, rules: number]> {
+  /** Number of chains. */
   readonly size: number;
-  get(chain: string): number | undefined;
-  keys(): Iterable<string>;
+  /**
+   * `n` chains (all of them when there are fewer) from position `cursor` on, wrapping around, and the
+   * position after them.
+   */
+  sample(cursor: number, n: number): { chains: (readonly [string, number])[]; cursor: number };
 }
 
 /** What must be in the kernel after the last successful sync. */
 export interface DriftExpectation {
   /** table → chain → rule count for chains checked every time (everything not per-service). */
   readonly fixedChains: ReadonlyMap<string, ReadonlyMap<string, number>>;
-  /** nat per-service chain (SVC/SVL/EXT/FW/SEP) → rule count. */
-  readonly serviceChains: ChainCounts;
+  /** nat per-service chains and their rule counts. */
+  readonly serviceChains: ServiceChainCounts;
   /** Jump rules that must be present in built-in chains. */
   readonly jumpRules: readonly JumpRule[];
 }
@@ -66,69 +73,75 @@ const DEFAULT_SAMPLE = 16;
 const DEFAULT_MAX_REASONS = 10;
 
 /**
- * Splits what we believe we own (chain → rule count per table) into a check's expectation. The per-service
- * chains are read in place, not copied: at 10k Services they are ~80k entries, copied on every check
- * (every syncPeriod) before.
+ * The expectation after the sync that produced `state` (the backend's render state, what its payloads
+ * left in the kernel): the shared and fixed chains' counts from the state's totals and fixed rules, the
+ * per-service chains as a view of its facts. Nothing is copied: at 10k Services a Map of the ~80k chain
+ * names and counts, kept beside the state, cost ~9 MiB of heap.
  */
-export function expectationFromOwned(
-  owned: OwnedRules,
+export function expectationFromState(
+  state: RenderState,
   jumpRules: readonly JumpRule[] = DEFAULT_ENSURED_JUMP_RULES,
 ): DriftExpectation {
-  const fixedChains = new Map<string, Map<string, number>>();
-  for (const [table, chains] of owned) {
-    const fixed = new Map<string, number>();
-    for (const [chain, n] of chains) {
-      if (table !== "nat" || !isServiceChainName(chain)) fixed.set(chain, n);
-    }
-    fixedChains.set(table, fixed);
-  }
-  return { fixedChains, serviceChains: new OwnedServiceChains(owned), jumpRules };
+  return {
+    fixedChains: fixedChainRuleCounts(state),
+    serviceChains: new StateServiceChains(state),
+    jumpRules,
+  };
 }
 
-/** The nat per-service chains of an OwnedRules, as a read-only view that follows it. */
-class OwnedServiceChains implements ChainCounts {
-  constructor(private readonly owned: OwnedRules) {}
+/** A RenderState's per-service chains in the state's order (service-port key, then forEachOwnChain's). */
+class StateServiceChains implements ServiceChainCounts {
+  #size = -1;
 
-  get #nat(): ReadonlyMap<string, number> {
-    return this.owned.get("nat") ?? new Map();
-  }
+  constructor(private readonly state: RenderState) {}
 
   get size(): number {
-    let n = 0;
-    for (const chain of this.#nat.keys()) if (isServiceChainName(chain)) n++;
-    return n;
+    if (this.#size < 0) {
+      let n = 0;
+      for (const f of this.state.facts) n += ownChainCount(f);
+      this.#size = n;
+    }
+    return this.#size;
   }
 
-  get(chain: string): number | undefined {
-    return isServiceChainName(chain) ? this.#nat.get(chain) : undefined;
+  *[Symbol.iterator](): Generator<readonly [string, number]> {
+    const chains: (readonly [string, number])[] = [];
+    const add = (chain: string, rules: number) => chains.push([chain, rules]);
+    for (const f of this.state.facts) {
+      chains.length = 0;
+      forEachOwnChain(f, add);
+      yield* chains;
+    }
   }
 
-  *keys(): Generator<string> {
-    for (const chain of this.#nat.keys()) if (isServiceChainName(chain)) yield chain;
-  }
-
-  *[Symbol.iterator](): Generator<[string, number]> {
-    for (const e of this.#nat) if (isServiceChainName(e[0])) yield e;
-  }
-
-  /** The chain names, sorted; cached until a payload is applied to the OwnedRules again. */
-  sortedNames(): readonly string[] {
-    const version = ownedRulesVersion(this.owned);
-    const cached = sortedNameCache.get(this.owned);
-    if (cached !== undefined && cached.version === version) return cached.names;
-    const names = [...this.keys()].sort();
-    sortedNameCache.set(this.owned, { version, names });
-    return names;
+  sample(cursor: number, n: number): { chains: (readonly [string, number])[]; cursor: number } {
+    const total = this.size;
+    const want = Math.min(total, Math.max(0, n));
+    if (want === 0) return { chains: [], cursor: 0 };
+    const start = cursor % total;
+    const chains: (readonly [string, number])[] = [];
+    const facts = this.state.facts;
+    // Skip whole service ports by their chain count, so names are built only for the sampled chains.
+    let i = 0;
+    let pos = 0;
+    while (pos + ownChainCount(facts[i]) <= start) pos += ownChainCount(facts[i++]);
+    let skip = start - pos;
+    while (chains.length < want) {
+      forEachOwnChain(facts[i], (chain, rules) => {
+        if (skip > 0) skip--;
+        else if (chains.length < want) chains.push([chain, rules]);
+      });
+      i = (i + 1) % facts.length;
+    }
+    return { chains, cursor: (start + want) % total };
   }
 }
-
-const sortedNameCache = new WeakMap<OwnedRules, { version: number; names: readonly string[] }>();
 
 /**
  * One check against the kernel, by backend unless `opts.mode` says otherwise: legacy lists whole tables
  * with every `-S`, so one iptables-save per table is cheaper there; nft lists single chains, so the cheap
- * check reads the fixed chains and `sampleSize` per-service chains from position `cursor` (sorted by
- * name). Returns the report and where the next sample starts.
+ * check reads the fixed chains and `sampleSize` per-service chains from position `cursor` (in
+ * ServiceChainCounts' order). Returns the report and where the next sample starts.
  */
 export async function checkDrift(
   runner: IptablesRunner,
@@ -140,55 +153,11 @@ export async function checkDrift(
   if (mode === "full" || (mode === "auto" && runner.version.backend === "legacy")) {
     return { report: await checkDriftFull(runner, exp, opts.maxReasons), cursor };
   }
-  const names = exp.serviceChains instanceof OwnedServiceChains
-    ? exp.serviceChains.sortedNames()
-    : [...exp.serviceChains.keys()].sort();
-  const size = Math.min(names.length, Math.max(0, opts.sampleSize ?? DEFAULT_SAMPLE));
-  const sample: string[] = [];
-  for (let i = 0; i < size; i++) sample.push(names[(cursor + i) % names.length]);
-  const next = names.length === 0 ? 0 : (cursor + size) % names.length;
-  return { report: await checkDriftCheap(runner, exp, sample, opts.maxReasons), cursor: next };
-}
-
-/**
- * Keeps the expectation up to date from restore payloads (through OwnedRules, what the proxier keeps)
- * and runs rotating checks. Call `recordRestore` after each successful restore (full syncs replace what
- * was known, partial syncs apply on top), and `reset` after a failed one (some transactions may have been
- * applied; the next full sync records afresh).
- */
-export class DriftTracker {
-  #owned: OwnedRules = new Map();
-  #known = false;
-  #cursor = 0;
-
-  constructor(private readonly jumpRules: readonly JumpRule[] = DEFAULT_ENSURED_JUMP_RULES) {}
-
-  /** Learns from a payload (text or whole-line chunks) that iptables-restore just applied successfully. */
-  recordRestore(payload: string | readonly string[], fullSync: boolean): void {
-    if (fullSync) this.#owned = new Map();
-    applyPayloadToOwnedRules(this.#owned, payload);
-    if (fullSync) this.#known = true;
-  }
-
-  /** Forgets everything until the next full sync (after a failed restore). */
-  reset(): void {
-    this.#owned = new Map();
-    this.#known = false;
-  }
-
-  /** The current expectation, or null before the first full sync is recorded. */
-  expectation(): DriftExpectation | null {
-    return this.#known ? expectationFromOwned(this.#owned, this.jumpRules) : null;
-  }
-
-  /** Runs a check (see `checkDrift`); null when there is nothing to compare yet. */
-  async check(runner: IptablesRunner, opts: DriftCheckOptions = {}): Promise<DriftReport | null> {
-    const exp = this.expectation();
-    if (exp === null) return null;
-    const { report, cursor } = await checkDrift(runner, exp, this.#cursor, opts);
-    this.#cursor = cursor;
-    return report;
-  }
+  const sample = exp.serviceChains.sample(cursor, opts.sampleSize ?? DEFAULT_SAMPLE);
+  return {
+    report: await checkDriftCheap(runner, exp, sample.chains, opts.maxReasons),
+    cursor: sample.cursor,
+  };
 }
 
 /** True when `line` (an iptables -S / iptables-save rule line) is `rule`. */
@@ -357,12 +326,13 @@ async function countChainRules(runner: IptablesRunner, table: string, chain: str
 
 /**
  * Cheap check: `iptables -S` of each built-in chain with jump rules, each always-present chain, and the
- * given sample of per-service chains. Throws when iptables itself fails (not for a missing chain).
+ * given sample of per-service chains (with their expected rule counts). Throws when iptables itself fails
+ * (not for a missing chain).
  */
 export async function checkDriftCheap(
   runner: IptablesRunner,
   exp: DriftExpectation,
-  sample: readonly string[],
+  sample: readonly (readonly [chain: string, rules: number])[],
   maxReasons = DEFAULT_MAX_REASONS,
 ): Promise<DriftReport> {
   const reasons: string[] = [];
@@ -389,9 +359,7 @@ export async function checkDriftCheap(
       add(countReason(table, chain, await countChainRules(runner, table, chain), n));
     }
   }
-  for (const chain of sample) {
-    const n = exp.serviceChains.get(chain);
-    if (n === undefined) continue;
+  for (const [chain, n] of sample) {
     commands++;
     chainsChecked++;
     add(countReason("nat", chain, await countChainRules(runner, "nat", chain), n));

@@ -10,9 +10,9 @@ import { restorePlanned } from "./restore_plan.ts";
 import { ChainNameCollector } from "./save_parse.ts";
 import { ensureBaseRulesBatched } from "./jump_rules.ts";
 import { canaryFlushed } from "./canary.ts";
-import { checkDrift, expectationFromOwned } from "./drift.ts";
+import { checkDrift, expectationFromState } from "./drift.ts";
 import { cleanupAllFamilies, iptablesPresent } from "./cleanup.ts";
-import type { OwnedRules } from "./owned_rules.ts";
+import type { RenderState } from "./render/state.ts";
 import type { SectionedPayload } from "./restore_content.ts";
 import type { IptablesHost } from "./backend.ts";
 
@@ -39,9 +39,9 @@ export function iptablesHost(runner: IptablesRunner): IptablesHost {
       // 6 concurrent `-S` reads and one iptables-restore instead of ~30 sequential -N/-C/-I calls.
       await ensureBaseRulesBatched(runner);
     },
-    async checkDrift(owned: OwnedRules): Promise<string | null> {
+    async checkDrift(state: RenderState): Promise<string | null> {
       if (await canaryFlushed(runner)) return "KUBE-PROXY-CANARY is gone (tables flushed)";
-      const { report, cursor: next } = await checkDrift(runner, expectationFromOwned(owned), cursor, {
+      const { report, cursor: next } = await checkDrift(runner, expectationFromState(state), cursor, {
         sampleSize: DRIFT_SAMPLE,
       });
       cursor = next;

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checkDrift, DriftTracker } from "../../../../lib/proxy/iptables/drift.ts";
+import { checkDrift } from "../../../../lib/proxy/iptables/drift.ts";
+import { DriftTracker } from "../../../support/owned_rules.ts";
 import { createIptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
 import { iptablesHost } from "../../../../lib/proxy/iptables/host.ts";
 
