@@ -76,7 +76,7 @@ const DEFAULT_MAX_REASONS = 10;
  * The expectation after the sync that produced `state` (the backend's render state, what its payloads
  * left in the kernel): the shared and fixed chains' counts from the state's totals and fixed rules, the
  * per-service chains as a view of its facts. Nothing is copied: at 10k Services a Map of the ~80k chain
- * names and counts, kept beside the state, cost ~9 MiB of heap.
+ * names and counts, kept beside the state, cost 7–9 MiB of heap.
  */
 export function expectationFromState(
   state: RenderState,
