@@ -2,7 +2,7 @@
  * Where the agent's memory goes at a given size, measured in-process step by step (heap after a forced
  * GC, and RSS): the API objects as the informers hold them (parsed from JSON, like a LIST response), the
  * model (change trackers, EndpointSliceCache, ServicePortMap, EndpointsMap), the full payload, its
- * make-before-break split, and the owned-rules index the drift check keeps.
+ * make-before-break split, and the drift check's expectation (derived from the render state).
  *
  *   bun bench/memory_breakdown.ts [--services=10000] [--apiserver-fields] [--reparse]
  *
@@ -10,7 +10,7 @@
  * owner references, targetRef; synthetic_cluster.ts withApiserverFields). Either way the objects go
  * through reduceObject, as ResourceSink.check does, and the step shows what the store then holds.
  *
- * The render, plan and owned-rules steps follow the agent (backend.ts, host.ts): the payload stays in
+ * The render, plan and drift-expectation steps follow the agent (backend.ts, host.ts): the payload stays in
  * chunks, the plan is built from the render's sections (`--reparse`: by re-reading the payload, as
  * restorePlanned does without sections), streamed (here: drained) chunk by chunk; the VmHWM line is the
  * process's peak after streaming.
@@ -21,7 +21,7 @@
 import { parseArgs } from "node:util";
 import process from "node:process";
 import { renderIptablesRules } from "../lib/proxy/iptables/render/render.ts";
-import { applyPayloadToOwnedRules, type OwnedRules } from "../lib/proxy/iptables/owned_rules.ts";
+import { expectationFromState } from "../lib/proxy/iptables/drift.ts";
 import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
 import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
@@ -94,9 +94,9 @@ step(`restore plan (${values.reparse ? "re-parsing the payload" : "from the rend
 const streamed = drain(payloadChunksOf(planned));
 const hwmBefore = vmHwm();
 step(`plan streamed (${round(streamed / 2 ** 20)} MiB written in chunks; garbage collected)`);
-const owned: OwnedRules = new Map();
-applyPayloadToOwnedRules(owned, full.payloadChunks);
-step("owned-rules index (drift check)");
+const expectation = expectationFromState(full.state);
+const sampled = expectation.serviceChains.sample(0, 32).chains.length;
+step(`drift expectation (derived from the render state; ${expectation.serviceChains.size} service chains)`);
 
 process.stdout.write(`memory at ${n} Services (heap deltas after GC; RSS of this process)\n`);
 for (const [name, heap, rss] of rows) {
@@ -104,7 +104,7 @@ for (const [name, heap, rss] of rows) {
 }
 process.stdout.write(`  VmHWM of this process after streaming the plan: ${hwmBefore} MiB\n`);
 // Keep everything alive until the end of the measurement.
-if (planned.transactions.length < 0 || owned.size < 0 || model.services.size < 0) process.exit(1);
+if (planned.transactions.length < 0 || sampled < 0 || model.services.size < 0) process.exit(1);
 
 /** Characters of a chunked payload. */
 function chunkBytes(chunks: Iterable<string>): number {

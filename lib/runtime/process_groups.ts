@@ -15,9 +15,24 @@ import process from "node:process";
 import { Buffer } from "node:buffer";
 import type { Writable } from "node:stream";
 
-/** Running children, and whether each leads its own process group. */
-const live = new Map<ChildProcess, boolean>();
+/** Running children (a ChildProcess, or a pid holder for Bun.spawn's), and whether each leads its own group. */
+const live = new Map<{ readonly pid?: number }, boolean>();
 let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  // However the process ends (a fatal error included), no tracked group outlives it.
+  exitHookInstalled = true;
+  process.on("exit", () => killProcessGroups());
+}
+
+/** Tracks a child that leads its own process group until `exited` settles (Bun.spawn's children). */
+function trackPid(handle: { readonly pid: number }, exited: Promise<unknown>): void {
+  installExitHook();
+  live.set(handle, true);
+  const untrack = () => live.delete(handle);
+  exited.then(untrack, untrack);
+}
 
 /**
  * Tracks `child` until it exits, so that `killProcessGroups` ends it: its whole process group when
@@ -25,11 +40,7 @@ let exitHookInstalled = false;
  */
 export function trackChildProcess(child: ChildProcess, leadsGroup = false): ChildProcess {
   if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return child;
-  if (!exitHookInstalled) {
-    // However the process ends (a fatal error included), no tracked group outlives it.
-    exitHookInstalled = true;
-    process.on("exit", () => killProcessGroups());
-  }
+  installExitHook();
   live.set(child, leadsGroup);
   child.once("exit", () => live.delete(child));
   child.once("error", () => live.delete(child));
@@ -50,8 +61,8 @@ export function spawnInProcessGroup(
   return child;
 }
 
-/** Sends `signal` to the process group `child` leads (started by spawnInProcessGroup); ignores one that is gone. */
-export function killProcessGroup(child: ChildProcess, signal: NodeJS.Signals = "SIGKILL"): void {
+/** Sends `signal` to the process group `child` leads (started detached); ignores one that is gone. */
+export function killProcessGroup(child: { readonly pid?: number }, signal: NodeJS.Signals = "SIGKILL"): void {
   if (child.pid === undefined) return;
   try {
     process.kill(-child.pid, signal);
@@ -152,13 +163,183 @@ const WRITE_CHUNK = 1 << 20;
  * output cap or the agent's shutdown kills the group with anything it started), stdin fed and closed,
  * stdout and stderr collected with caps. Resolves with the outcome whatever the exit status; rejects with
  * {@link SpawnError} when the command cannot be started.
+ *
+ * Under Bun a command without stdin runs through `Bun.spawn`: Bun's `node:child_process` layer leaves
+ * ~0.2 MiB of garbage per process (stream objects and their buffers), which the drift check's ~45
+ * `iptables -S` calls every syncPeriod turned into a 10 MiB RSS bump. Commands fed on stdin (restores)
+ * keep `node:child_process`, whose writable stream gives the back-pressure they need.
  */
 export function runInProcessGroup(argv: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    if (opts.signal?.aborted) {
-      reject(opts.signal.reason);
+  if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
+  const input = opts.stdin ?? "";
+  const bun = (globalThis as { Bun?: BunSpawnApi }).Bun;
+  return bun !== undefined && input === ""
+    ? runWithBunSpawn(bun, argv, opts)
+    : runWithChildProcess(argv, opts, input);
+}
+
+/** The part of Bun's API runWithBunSpawn uses. */
+interface BunSpawnApi {
+  spawn(cmd: string[], opts: {
+    env?: NodeJS.ProcessEnv;
+    stdin: "ignore";
+    stdout: "pipe";
+    stderr: "pipe";
+    detached: true;
+  }): BunSubprocess;
+}
+
+interface BunSubprocess {
+  readonly pid: number;
+  readonly exited: Promise<number>;
+  readonly exitCode: number | null;
+  readonly signalCode: string | null;
+  readonly stdout: ReadableStream<Uint8Array>;
+  readonly stderr: ReadableStream<Uint8Array>;
+}
+
+/** Timeout, abort and output-cap kills of one run, and how the run is described once it ended. */
+class RunControl {
+  killed: RunResult["killed"] = null;
+  readonly #timer: ReturnType<typeof setTimeout> | null;
+  readonly #onAbort: () => void;
+
+  constructor(private readonly opts: RunOptions, private readonly killGroup: () => void) {
+    const timeoutMs = opts.timeoutMs ?? 0;
+    this.#timer = timeoutMs > 0 ? setTimeout(() => this.kill("timeout"), timeoutMs) : null;
+    this.#onAbort = () => this.kill("abort");
+    opts.signal?.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  kill(why: NonNullable<RunResult["killed"]>): void {
+    this.killed ??= why;
+    this.killGroup();
+  }
+
+  /** Stops the timer and the abort listener. */
+  done(): void {
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.opts.signal?.removeEventListener("abort", this.#onAbort);
+  }
+
+  /** See RunResult.exit. */
+  exit(code: number | null, signal: string | null): string {
+    return this.killed === "timeout"
+      ? `timed out after ${this.opts.timeoutMs ?? 0} ms (process group killed)`
+      : this.killed === "abort"
+      ? "aborted"
+      : this.killed === "output"
+      ? `output larger than ${this.opts.maxStdoutBytes} bytes`
+      : signal !== null
+      ? `killed by ${signal}`
+      : `exit status ${code}`;
+  }
+}
+
+/** A child's stdout (kept under its cap, or streamed as lines) and stderr (kept up to its cap). */
+class RunOutput {
+  readonly #out: Buffer[] = [];
+  #outBytes = 0;
+  #lines = 0;
+  #partial = "";
+  readonly #lineDecoder = new TextDecoder();
+  readonly #errDecoder = new TextDecoder();
+  #stderr = "";
+
+  constructor(private readonly opts: RunOptions, private readonly control: RunControl) {}
+
+  stdout(b: Uint8Array): void {
+    const onLine = this.opts.onStdoutLine;
+    if (onLine !== undefined) {
+      const parts = (this.#partial + this.#lineDecoder.decode(b, { stream: true })).split("\n");
+      this.#partial = parts.pop() ?? "";
+      this.#lines += parts.length;
+      for (const line of parts) onLine(line);
       return;
     }
+    this.#outBytes += b.length;
+    if (this.#outBytes > (this.opts.maxStdoutBytes ?? Infinity)) this.control.kill("output");
+    else this.#out.push(Buffer.from(b.buffer, b.byteOffset, b.length));
+  }
+
+  stderr(b: Uint8Array): void {
+    if (this.#stderr.length < (this.opts.maxStderrChars ?? 64 * 1024)) {
+      this.#stderr += this.#errDecoder.decode(b, { stream: true });
+    }
+  }
+
+  result(code: number | null, signal: string | null): RunResult {
+    const onLine = this.opts.onStdoutLine;
+    if (onLine !== undefined) {
+      const last = this.#partial + this.#lineDecoder.decode();
+      if (last !== "") {
+        this.#lines++;
+        onLine(last);
+      }
+    }
+    return {
+      code,
+      signal,
+      killed: this.control.killed,
+      stdout: Buffer.concat(this.#out),
+      stdoutLines: this.#lines,
+      stderr: this.#stderr,
+      exit: this.control.exit(code, signal),
+    };
+  }
+}
+
+/** runInProcessGroup through Bun.spawn (no stdin). */
+async function runWithBunSpawn(
+  bun: BunSpawnApi,
+  argv: readonly string[],
+  opts: RunOptions,
+): Promise<RunResult> {
+  let proc: BunSubprocess;
+  try {
+    proc = bun.spawn([...argv], {
+      ...(opts.env === undefined ? {} : { env: opts.env }),
+      stdin: "ignore",
+      stdout: "pipe",
+      stderr: "pipe",
+      detached: true,
+    });
+  } catch (e) {
+    throw new SpawnError(argv, e as NodeJS.ErrnoException);
+  }
+  const handle = { pid: proc.pid };
+  trackPid(handle, proc.exited);
+  const control = new RunControl(opts, () => killProcessGroup(handle));
+  const output = new RunOutput(opts, control);
+  try {
+    await Promise.all([
+      drain(proc.stdout, (b) => output.stdout(b)),
+      drain(proc.stderr, (b) => output.stderr(b)),
+      proc.exited,
+    ]);
+  } finally {
+    control.done();
+  }
+  return output.result(proc.signalCode === null ? proc.exitCode : null, proc.signalCode);
+}
+
+/** Reads a stream to its end. */
+async function drain(stream: ReadableStream<Uint8Array>, onChunk: (b: Uint8Array) => void): Promise<void> {
+  const reader = stream.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    onChunk(value);
+  }
+}
+
+/** runInProcessGroup through node:child_process. */
+function runWithChildProcess(
+  argv: readonly string[],
+  opts: RunOptions,
+  input: ProcessInput,
+): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
     let child: ChildProcessWithoutNullStreams;
     try {
       child = spawnInProcessGroup(argv[0], argv.slice(1), opts.env === undefined ? {} : { env: opts.env });
@@ -166,75 +347,24 @@ export function runInProcessGroup(argv: readonly string[], opts: RunOptions = {}
       reject(new SpawnError(argv, e as NodeJS.ErrnoException));
       return;
     }
-    let killed: RunResult["killed"] = null;
-    const kill = (why: NonNullable<RunResult["killed"]>) => {
-      killed ??= why;
-      killProcessGroup(child);
-    };
-    const timeoutMs = opts.timeoutMs ?? 0;
-    const timer = timeoutMs > 0 ? setTimeout(() => kill("timeout"), timeoutMs) : null;
-    const onAbort = () => kill("abort");
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    const done = () => {
-      if (timer !== null) clearTimeout(timer);
-      opts.signal?.removeEventListener("abort", onAbort);
-    };
-
-    const out: Buffer[] = [];
-    let outBytes = 0;
-    let lines = 0;
-    let partial = "";
-    const onLine = opts.onStdoutLine;
-    if (onLine !== undefined) {
-      child.stdout.setEncoding("utf8");
-      child.stdout.on("data", (chunk: string) => {
-        const parts = (partial + chunk).split("\n");
-        partial = parts.pop() ?? "";
-        lines += parts.length;
-        for (const line of parts) onLine(line);
-      });
-    } else {
-      const cap = opts.maxStdoutBytes ?? Infinity;
-      child.stdout.on("data", (b: Buffer) => {
-        outBytes += b.length;
-        if (outBytes > cap) kill("output");
-        else out.push(b);
-      });
-    }
-    const errCap = opts.maxStderrChars ?? 64 * 1024;
-    let stderr = "";
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk: string) => {
-      if (stderr.length < errCap) stderr += chunk;
-    });
+    const control = new RunControl(opts, () => killProcessGroup(child));
+    const output = new RunOutput(opts, control);
+    child.stdout.on("data", (b: Buffer) => output.stdout(b));
+    child.stderr.on("data", (b: Buffer) => output.stderr(b));
 
     let failed = false;
     child.on("error", (e: NodeJS.ErrnoException) => {
       failed = true;
-      done();
+      control.done();
       reject(new SpawnError(argv, e));
     });
     child.on("close", (code: number | null, signal: string | null) => {
       if (failed) return;
-      done();
-      if (onLine !== undefined && partial !== "") {
-        lines++;
-        onLine(partial);
-      }
-      const exit = killed === "timeout"
-        ? `timed out after ${timeoutMs} ms (process group killed)`
-        : killed === "abort"
-        ? "aborted"
-        : killed === "output"
-        ? `output larger than ${opts.maxStdoutBytes} bytes`
-        : signal !== null
-        ? `killed by ${signal}`
-        : `exit status ${code}`;
-      resolve({ code, signal, killed, stdout: Buffer.concat(out), stdoutLines: lines, stderr, exit });
+      control.done();
+      resolve(output.result(code, signal));
     });
     // A child that exits early closes its stdin: EPIPE is expected then, the exit status tells the story.
     child.stdin.on("error", () => {});
-    const input = opts.stdin ?? "";
     if (input === "") child.stdin.end();
     else void writeAll(child.stdin, typeof input === "string" ? [input] : input);
   });

@@ -37,9 +37,14 @@ function counting(runner: IptablesRunner): IptablesRunner & { execs: string[]; r
     features: runner.features,
     binaries: runner.binaries,
     save: (t: "nat" | "filter" | "mangle") => runner.save(t),
+    saveLines: (t: "nat" | "filter" | "mangle", onLine: (l: string) => void) => runner.saveLines(t, onLine),
     exec(args: readonly string[]): Promise<ExecResult> {
       c.execs.push(args.join(" "));
       return runner.exec(args);
+    },
+    execLines(args: readonly string[], onLine: (l: string) => void): Promise<ExecResult> {
+      c.execs.push(args.join(" "));
+      return runner.execLines(args, onLine);
     },
     restore(p: RestorePayload): Promise<void> {
       c.restores++;

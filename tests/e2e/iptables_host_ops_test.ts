@@ -9,7 +9,7 @@ import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns
 import { createIptablesRunner, type IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
 import { DEFAULT_ENSURED_JUMP_RULES, ensureJumpRules } from "../../lib/proxy/iptables/jump_rules.ts";
 import { canaryFlushed, canaryState, deleteCanary, ensureCanary } from "../../lib/proxy/iptables/canary.ts";
-import { DriftTracker } from "../../lib/proxy/iptables/drift.ts";
+import { DriftTracker } from "../support/owned_rules.ts";
 import { cleanupAllFamilies, cleanupLeftovers } from "../../lib/proxy/iptables/cleanup.ts";
 import { jumpRuleLine } from "../../lib/proxy/iptables/jump_rules_table.ts";
 import { payloadOf, restorePlanned, splitRestorePayload } from "../../lib/proxy/iptables/restore_plan.ts";

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { type Netns, NetnsScope, netnsUnavailableReason } from "../support/netns.ts";
 import { createIptablesRunner, type IptablesRunner } from "../../lib/proxy/iptables/runner.ts";
 import { ensureJumpRules } from "../../lib/proxy/iptables/jump_rules.ts";
-import { DriftTracker } from "../../lib/proxy/iptables/drift.ts";
+import { DriftTracker } from "../support/owned_rules.ts";
 import { payloadOf, splitRestorePayload } from "../../lib/proxy/iptables/restore_plan.ts";
 import { parseIptablesSave } from "../../lib/proxy/iptables/save_parse.ts";
 import { base32Encode } from "../../lib/proxy/iptables/chain_names.ts";

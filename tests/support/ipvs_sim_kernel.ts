@@ -180,7 +180,9 @@ export class SimulatedIpvsKernel {
         return Promise.resolve();
       },
       save: () => Promise.resolve(""),
+      saveLines: () => Promise.resolve(),
       exec: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
+      execLines: () => Promise.resolve({ code: 0, stdout: "", stderr: "" }),
     };
   }
 

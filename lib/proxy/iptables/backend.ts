@@ -1,8 +1,8 @@
 /**
  * The iptables backend of one IP family (upstream pkg/proxy/iptables/proxier.go's iptables half): renders
  * the proxy state into an iptables-restore payload, hands it to its host, installs the jump rules after
- * full syncs, and remembers what it wrote — the rule counts for drift checks, the active nat chains and
- * the render state that make partial syncs incremental. Everything mode-neutral is the shared loop's
+ * full syncs, and remembers what it wrote: the render state, which makes partial syncs incremental and
+ * from which the drift check derives the rule counts it expects, and the active nat chains. Everything mode-neutral is the shared loop's
  * (lib/proxy/proxier.ts).
  */
 import type { IPFamily } from "../types.ts";
@@ -11,7 +11,6 @@ import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
 import type { LocalDetection } from "../local_detect.ts";
 import { type RenderFeatures, renderIptablesRules, type RenderState } from "./render/render.ts";
 import { iptablesLocalDetector, type LocalTrafficDetector } from "./local_detector.ts";
-import { applyPayloadToOwnedRules, type OwnedRules } from "./owned_rules.ts";
 import type { SectionedPayload } from "./restore_content.ts";
 
 /** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
@@ -30,10 +29,11 @@ export interface IptablesHost {
    */
   ensureBaseRules(): Promise<void>;
   /**
-   * Compares the kernel with what we believe we own (rule counts per chain per table) and returns a
-   * reason when they differ, or null. Called every syncPeriod.
+   * Compares the kernel with what the sync that produced `state` left there (rule counts per chain per
+   * table, drift.ts expectationFromState) and returns a reason when they differ, or null. Called every
+   * syncPeriod.
    */
-  checkDrift(owned: OwnedRules): Promise<string | null>;
+  checkDrift(state: RenderState): Promise<string | null>;
 }
 
 /** What the iptables backend of one family needs besides the proxy state. */
@@ -58,9 +58,11 @@ export interface IptablesBackendOptions {
 export class IptablesBackend implements Provider {
   readonly #o: IptablesBackendOptions;
   #activeNatChains = new Set<string>();
-  /** What the last applied payload left in the shared chains; makes partial syncs incremental. */
+  /**
+   * What the applied payloads left in the kernel: makes partial syncs incremental, and is what the drift
+   * check compares with. Null until a sync succeeds, and after a failed one.
+   */
   #renderState: RenderState | null = null;
-  #owned: OwnedRules = new Map();
   /** The detector rendered for the last detection seen (the loop hands the same object until it changes). */
   #detector: { from: LocalDetection; detector: LocalTrafficDetector } | null = null;
 
@@ -113,8 +115,6 @@ export class IptablesBackend implements Provider {
       throw e;
     }
 
-    if (full) this.#owned = new Map();
-    applyPayloadToOwnedRules(this.#owned, result.payloadChunks);
     this.#activeNatChains = result.activeNatChains;
     this.#renderState = result.state;
 
@@ -131,7 +131,8 @@ export class IptablesBackend implements Provider {
 
   /** @inheritdoc */
   checkDrift(): Promise<string | null> {
-    return this.#o.host.checkDrift(this.#owned);
+    // Null state: the last sync failed, so the loop's next sync is a full one; nothing to compare yet.
+    return this.#renderState === null ? Promise.resolve(null) : this.#o.host.checkDrift(this.#renderState);
   }
 
   #localDetector(detection: LocalDetection): LocalTrafficDetector {

@@ -57,8 +57,18 @@ export interface IptablesRunner {
   restore(payload: RestorePayload): Promise<void>;
   /** `iptables-save -t <table>`; throws `IptablesCommandError` on failure. */
   save(table: IptablesTable): Promise<string>;
+  /**
+   * `iptables-save -t <table>` with its output handed to `onLine` line by line as it arrives, never held
+   * whole (a 10k-Service nat table is ~25 MB of text); throws like `save`.
+   */
+  saveLines(table: IptablesTable, onLine: (line: string) => void): Promise<void>;
   /** `iptables <args>` exactly as given (no wait flags added); throws only when it cannot be started. */
   exec(args: readonly string[]): Promise<ExecResult>;
+  /**
+   * `exec` with stdout handed to `onLine` line by line as it arrives instead of kept (the result's
+   * `stdout` is ""): a 10k-rule chain listing then costs one pipe chunk of memory, not its whole text.
+   */
+  execLines(args: readonly string[], onLine: (line: string) => void): Promise<ExecResult>;
 }
 
 /**
@@ -287,12 +297,14 @@ interface RunOutput {
 
 /**
  * Runs argv with the one spawner (own process group, stdin streamed, C locale); never rejects for a
- * non-zero exit. A kill is noted at the end of stderr, where error messages pick it up.
+ * non-zero exit. With `onStdoutLine`, stdout is streamed to it line by line and not kept. A kill is noted
+ * at the end of stderr, where error messages pick it up.
  */
 async function runProcess(
   argv: readonly string[],
   input: RestorePayload | null,
   timeoutMs: number,
+  onStdoutLine?: (line: string) => void,
 ): Promise<RunOutput> {
   let r: RunResult;
   try {
@@ -301,6 +313,7 @@ async function runProcess(
       stdin: input,
       timeoutMs,
       maxStderrChars: Infinity, // RestoreError keeps it whole
+      onStdoutLine,
     });
   } catch (e) {
     throw new IptablesCommandError((e as Error).message, argv, -1, "");
@@ -335,8 +348,16 @@ class RealIptablesRunner implements IptablesRunner {
   }
 
   async save(table: IptablesTable): Promise<string> {
+    return (await this.#save(table)).stdout.toString("utf8");
+  }
+
+  async saveLines(table: IptablesTable, onLine: (line: string) => void): Promise<void> {
+    await this.#save(table, onLine);
+  }
+
+  async #save(table: IptablesTable, onLine?: (line: string) => void): Promise<RunOutput> {
     const argv = [...this.prefix, this.binaries.save, "-t", table];
-    const r = await runProcess(argv, null, this.timeoutMs);
+    const r = await runProcess(argv, null, this.timeoutMs, onLine);
     if (r.code !== 0 || r.signal !== null) {
       throw new IptablesCommandError(
         `${argv.join(" ")} failed (exit ${r.code}): ${firstMeaningfulLine(r.stderr)}`,
@@ -345,13 +366,19 @@ class RealIptablesRunner implements IptablesRunner {
         r.stderr,
       );
     }
-    return r.stdout.toString("utf8");
+    return r;
   }
 
   async exec(args: readonly string[]): Promise<ExecResult> {
     const argv = [...this.prefix, this.binaries.iptables, ...args];
     const r = await runProcess(argv, null, this.timeoutMs);
     return { code: r.code, stdout: r.stdout.toString("utf8"), stderr: r.stderr };
+  }
+
+  async execLines(args: readonly string[], onLine: (line: string) => void): Promise<ExecResult> {
+    const argv = [...this.prefix, this.binaries.iptables, ...args];
+    const r = await runProcess(argv, null, this.timeoutMs, onLine);
+    return { code: r.code, stdout: "", stderr: r.stderr };
   }
 }
 

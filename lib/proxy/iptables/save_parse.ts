@@ -1,6 +1,7 @@
 /**
  * Fast parsing of `iptables-save` output (tens of MB, 100k+ lines at 10k Services): one pass with
- * indexOf, no regex and no split per line. Used for stale-chain detection, cleanup and drift checks.
+ * indexOf, no regex and no split per line (cleanup, leftovers); and the chain names of a table from a
+ * line stream (stale-chain detection).
  */
 
 /** One chain as iptables-save listed it. */
@@ -80,32 +81,33 @@ export function parseIptablesSave(text: string): SavedTables {
 }
 
 /**
- * Only the chain names declared in one table (upstream GetChainsFromTable), skipping rule lines
- * entirely: cheaper than a full parse when only the chain set matters (stale chains, cleanup).
+ * Collects the chain names one table declares (upstream GetChainsFromTable) from iptables-save output fed
+ * line by line, so the output is never held whole: feed every line to `line`, then read `names`.
  */
-export function chainNamesFromSave(text: string, tableName: string): Set<string> {
-  const out = new Set<string>();
-  const header = `*${tableName}`;
-  let inTable = false;
-  const n = text.length;
-  let start = 0;
-  while (start < n) {
-    let end = text.indexOf("\n", start);
-    if (end === -1) end = n;
-    const c = text.charCodeAt(start);
+export class ChainNameCollector {
+  /** The chains declared in the table so far. */
+  readonly names = new Set<string>();
+  readonly #header: string;
+  #inTable = false;
+
+  constructor(tableName: string) {
+    this.#header = `*${tableName}`;
+  }
+
+  /** One line of iptables-save output (without its newline). */
+  line(l: string): void {
+    const c = l.charCodeAt(0);
     if (c === 58 /* : */) {
-      if (inTable) {
-        const sp = text.indexOf(" ", start + 1);
-        out.add(text.slice(start + 1, sp === -1 || sp > end ? end : sp));
+      if (this.#inTable) {
+        const sp = l.indexOf(" ", 1);
+        this.names.add(l.slice(1, sp < 0 ? l.length : sp));
       }
     } else if (c === 42 /* * */) {
-      inTable = text.slice(start, end).trim() === header;
-    } else if (c === 67 /* C */ && text.startsWith("COMMIT", start)) {
-      inTable = false;
+      this.#inTable = l.trim() === this.#header;
+    } else if (c === 67 /* C */ && l.startsWith("COMMIT")) {
+      this.#inTable = false;
     }
-    start = end + 1;
   }
-  return out;
 }
 
 /** Names of the KUBE-* chains of a table, sorted. */

@@ -63,6 +63,14 @@ export function createDryRunIpvsHost(
  */
 export function createDryRunIptablesRunner(family: IPFamily, write: (text: string) => void): IptablesRunner {
   const bin = family === "IPv6" ? "ip6tables" : "iptables";
+  const exec = (args: readonly string[]): Promise<ExecResult> => {
+    if (args.includes("-C")) return Promise.resolve({ code: 1, stdout: "", stderr: "" });
+    const quoted = args.map((
+      a,
+    ) => (/^[A-Za-z0-9_./:,=+-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`));
+    write(`# ${bin} ${quoted.join(" ")}\n`);
+    return Promise.resolve({ code: 0, stdout: "", stderr: "" });
+  };
   return {
     family,
     version: { parts: [1, 8, 9], text: "1.8.9", backend: "unknown" },
@@ -81,13 +89,9 @@ export function createDryRunIptablesRunner(family: IPFamily, write: (text: strin
       return Promise.resolve();
     },
     save: () => Promise.resolve(""),
-    exec(args: readonly string[]): Promise<ExecResult> {
-      if (args.includes("-C")) return Promise.resolve({ code: 1, stdout: "", stderr: "" });
-      const quoted = args.map((
-        a,
-      ) => (/^[A-Za-z0-9_./:,=+-]+$/.test(a) ? a : `'${a.replaceAll("'", `'\\''`)}'`));
-      write(`# ${bin} ${quoted.join(" ")}\n`);
-      return Promise.resolve({ code: 0, stdout: "", stderr: "" });
-    },
+    saveLines: () => Promise.resolve(),
+    exec,
+    // Nothing is listed, so there are no lines to stream.
+    execLines: (args: readonly string[]) => exec(args),
   };
 }

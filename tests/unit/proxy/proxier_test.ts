@@ -7,7 +7,8 @@ import { FakeClock } from "../../../lib/runtime/clock.ts";
 import { Registry } from "../../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../../lib/metrics/kubeproxy.ts";
 import { detectLocalByCIDR } from "../../../lib/proxy/local_detect.ts";
-import type { OwnedRules } from "../../../lib/proxy/iptables/owned_rules.ts";
+import type { RenderState } from "../../../lib/proxy/iptables/render/state.ts";
+import { expectationFromState } from "../../../lib/proxy/iptables/drift.ts";
 
 const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 
@@ -41,7 +42,7 @@ interface Fake {
   failNext: number;
   drift: string | null;
   ensured: number;
-  lastOwned: OwnedRules | null;
+  lastState: RenderState | null;
 }
 
 function fakeHost(): Fake {
@@ -52,7 +53,7 @@ function fakeHost(): Fake {
     failNext: 0,
     drift: null,
     ensured: 0,
-    lastOwned: null,
+    lastState: null,
     host: {
       restore: (p) => {
         f.calls.push("restore");
@@ -70,8 +71,8 @@ function fakeHost(): Fake {
         f.ensured++;
         return Promise.resolve();
       },
-      checkDrift: (owned) => {
-        f.lastOwned = owned;
+      checkDrift: (state) => {
+        f.lastState = state;
         return Promise.resolve(f.drift);
       },
     },
@@ -174,7 +175,7 @@ test("full sync first, then partial syncs that write only changed services and d
   assert.doesNotMatch(third, /^:KUBE-SERVICES /m);
   // Owned rule counts follow the -I/-D edits: svc1, svc3 and the nodeports jump.
   assert.equal(await p.checkDrift(), null);
-  assert.equal(f.lastOwned?.get("nat")?.get("KUBE-SERVICES"), 3);
+  assert.equal(expectationFromState(f.lastState!).fixedChains.get("nat")?.get("KUBE-SERVICES"), 3);
   assert.equal(metrics.iptablesRestoreFailuresTotal.get({ ip_family: "IPv4" }), 0);
 });
 
@@ -234,7 +235,11 @@ test("drift reported by the host forces a full resync; owned rule counts track w
   p.onEndpointSlicesSynced();
   await p.syncProxyRules();
   assert.equal(await p.checkDrift(), null);
-  assert.equal(f.lastOwned?.get("nat")?.get("KUBE-SERVICES"), 2, "cluster IP rule + nodeports rule");
+  assert.equal(
+    expectationFromState(f.lastState!).fixedChains.get("nat")?.get("KUBE-SERVICES"),
+    2,
+    "cluster IP rule + nodeports rule",
+  );
   f.drift = "nat KUBE-SERVICES has 0 rules, expected 2";
   assert.equal(await p.checkDrift(), f.drift);
   await p.syncProxyRules();

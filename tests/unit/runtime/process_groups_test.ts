@@ -68,3 +68,27 @@ test("runInProcessGroup feeds stdin in chunks, streams lines, and describes ever
   );
   assert.equal(liveChildProcesses(), 0);
 });
+
+test("killProcessGroups also ends a runInProcessGroup command (Bun.spawn's under Bun) and its children", async () => {
+  let grandchild = 0;
+  const started = new Promise<void>((resolve) => {
+    const run = runInProcessGroup(["/bin/sh", "-c", "sleep 60 & echo $!; wait"], {
+      onStdoutLine: (l) => {
+        grandchild = Number(l);
+        resolve();
+      },
+    });
+    void run.then((r) => results.push(r.exit));
+  });
+  const results: string[] = [];
+  await started;
+  assert.ok(alive(grandchild));
+  assert.equal(liveChildProcesses(), 1);
+  assert.equal(killProcessGroups(), 1);
+  for (let i = 0; i < 100 && (results.length === 0 || alive(grandchild)); i++) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.deepEqual(results, ["killed by SIGKILL"]);
+  assert.equal(alive(grandchild), false, "the grandchild must not be left as an orphan");
+  assert.equal(liveChildProcesses(), 0);
+});

@@ -5,16 +5,19 @@
  * state keeps it and an incremental sync rewrites a fixed chain only when it changed.
  */
 import {
+  KUBE_EXTERNAL_SERVICES,
   KUBE_FIREWALL,
   KUBE_FORWARD,
   KUBE_MARK_MASQ,
   KUBE_NODEPORTS,
   KUBE_POSTROUTING,
+  KUBE_PROXY_FIREWALL,
   KUBE_SERVICES,
 } from "../chain_names.ts";
 import type { newNodePortAddresses } from "../../nodeport_addresses.ts";
 import { isLoopback, parseIPOfFamily } from "../../../net/ip.ts";
-import type { FixedChainRules } from "./state.ts";
+import type { FixedChainRules, RenderState } from "./state.ts";
+import { SHARED_CHAIN_COUNT, SHARED_CHAIN_NAME, SHARED_CHAIN_TABLE } from "./shared_chains.ts";
 import type { RenderInput } from "./input.ts";
 
 /** nfacct counter on the KUBE-FORWARD INVALID drop rule. */
@@ -112,6 +115,49 @@ export function renderNodePortsTail(
     tail.push(`-A ${KUBE_SERVICES} ${nodePortsComment} -d ${ip} -j ${KUBE_NODEPORTS}`);
   }
   return tail;
+}
+
+/**
+ * The non-per-service chains a full render declares, per table, in upstream's order (filter KUBE-FIREWALL
+ * only with localhost NodePorts).
+ */
+export const DECLARED_CHAINS: { readonly filter: readonly string[]; readonly nat: readonly string[] } = {
+  filter: [
+    KUBE_SERVICES,
+    KUBE_EXTERNAL_SERVICES,
+    KUBE_FORWARD,
+    KUBE_NODEPORTS,
+    KUBE_PROXY_FIREWALL,
+    KUBE_FIREWALL,
+  ],
+  nat: [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ],
+};
+
+/**
+ * Rule counts of the shared and fixed chains once the state's payload is applied (table → chain → rules,
+ * in DECLARED_CHAINS' order): the shared chains' totals, the fixed chains' rules, and the KUBE-NODEPORTS
+ * jump(s) that end nat KUBE-SERVICES. What the drift check expects there.
+ */
+export function fixedChainRuleCounts(state: RenderState): Map<"filter" | "nat", Map<string, number>> {
+  const out = new Map<"filter" | "nat", Map<string, number>>();
+  for (const table of ["filter", "nat"] as const) {
+    const counts = new Map<string, number>();
+    for (const chain of DECLARED_CHAINS[table]) {
+      let n: number | null = null;
+      for (let c = 0; c < SHARED_CHAIN_COUNT; c++) {
+        if (SHARED_CHAIN_TABLE[c] === table && SHARED_CHAIN_NAME[c] === chain) {
+          n = (n ?? 0) + state.totals.shared[c];
+        }
+      }
+      for (const f of state.fixedChains) {
+        if (f.table === table && f.chain === chain) n = (n ?? 0) + f.rules.length;
+      }
+      if (table === "nat" && chain === KUBE_SERVICES) n = (n ?? 0) + state.nodePortsTail.length;
+      if (n !== null) counts.set(chain, n);
+    }
+    out.set(table, counts);
+  }
+  return out;
 }
 
 /** Rules of the fixed chains in one table. */

@@ -3,16 +3,7 @@
  * or upstream's partial sync (own chains only for the changed service ports; iptables-restore --noflush
  * keeps the rest). The payload's layout and order are upstream's byte for byte.
  */
-import {
-  KUBE_EXTERNAL_SERVICES,
-  KUBE_FIREWALL,
-  KUBE_FORWARD,
-  KUBE_MARK_MASQ,
-  KUBE_NODEPORTS,
-  KUBE_POSTROUTING,
-  KUBE_PROXY_FIREWALL,
-  KUBE_SERVICES,
-} from "../chain_names.ts";
+import { KUBE_FIREWALL, KUBE_FORWARD } from "../chain_names.ts";
 import { SHARED_CHAIN_TABLE } from "./shared_chains.ts";
 import { type RenderState, type ServicePortFacts, TotalsBuilder } from "./state.ts";
 import { SharedChainPositions } from "./positions.ts";
@@ -21,7 +12,7 @@ import { concatChunks, PayloadWriter } from "./payload.ts";
 import { LARGE_CLUSTER_ENDPOINTS_THRESHOLD, newContext, type Setup, totalEndpointCount } from "./context.ts";
 import { isWritten, processServicePort } from "./service_port.ts";
 import type { OwnChainsOut } from "./own_chains.ts";
-import { renderNodePortsTail } from "./fixed_chains.ts";
+import { DECLARED_CHAINS, renderNodePortsTail } from "./fixed_chains.ts";
 import { type RenderResult, resultWithPayload, rulesTotalOf } from "./result.ts";
 import type { RenderInput } from "./input.ts";
 import type { SectionedPayload, ServiceChainSegment } from "../restore_content.ts";
@@ -122,23 +113,15 @@ export function renderAll(
     activeNatChains,
   };
 
-  const filterChains = [
-    KUBE_SERVICES,
-    KUBE_EXTERNAL_SERVICES,
-    KUBE_FORWARD,
-    KUBE_NODEPORTS,
-    KUBE_PROXY_FIREWALL,
-  ];
-  if (setup.localhostNodePorts) filterChains.push(KUBE_FIREWALL);
   const head = new PayloadWriter();
   head.line("*filter");
-  for (const c of filterChains) head.line(`:${c} - [0:0]`);
+  for (const c of DECLARED_CHAINS.filter) {
+    if (c !== KUBE_FIREWALL || setup.localhostNodePorts) head.line(`:${c} - [0:0]`);
+  }
   const natHead = new PayloadWriter();
   natHead.line("COMMIT");
   natHead.line("*nat");
-  for (const c of [KUBE_SERVICES, KUBE_NODEPORTS, KUBE_POSTROUTING, KUBE_MARK_MASQ]) {
-    natHead.line(`:${c} - [0:0]`);
-  }
+  for (const c of DECLARED_CHAINS.nat) natHead.line(`:${c} - [0:0]`);
   const staleDecls = new PayloadWriter();
   for (const c of staleChains) staleDecls.line(`:${c} - [0:0]`);
   const tail = new PayloadWriter();

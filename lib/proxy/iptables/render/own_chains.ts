@@ -2,14 +2,14 @@
  * A service port's own nat chains, as upstream writes them: the cluster-IP masquerade rule, KUBE-EXT
  * (external traffic policy), KUBE-FW (load balancer source ranges), KUBE-SVC/KUBE-SVL (the probability
  * cascade over endpoints, with session affinity) and one KUBE-SEP per endpoint (hairpin masquerade and
- * DNAT). countOwnChains gives the same rule count without the text, for partial syncs that leave the
- * chains in place.
+ * DNAT). ownChainRules gives the same rule counts per chain without the text, for partial syncs that
+ * leave the chains in place and for the drift check's expectation.
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { endpointHash, KUBE_MARK_MASQ, SEP_PREFIX, type ServicePortChains } from "../chain_names.ts";
 import { cidrContains, formatCIDR, parseCIDR } from "../../../net/ip.ts";
 import { probability } from "./probability.ts";
-import { HASH_LENGTH, OwnChain } from "./state.ts";
+import { HASH_LENGTH, OWN_CHAIN_RULES_LENGTH, OwnChain, OwnChainRules, SEP_CHAIN_RULES } from "./state.ts";
 import type { PayloadWriter } from "./payload.ts";
 import type { Context } from "./context.ts";
 
@@ -165,14 +165,18 @@ export function writeOwnChains(
 }
 
 /**
- * The number of rules writeOwnChains would write, without building the rule text (upstream writes them
- * to a discard buffer for the same purpose). Must mirror writeOwnChains; tests compare both paths.
+ * The number of rules writeOwnChains would write into each own chain but the KUBE-SEP ones (which hold
+ * SEP_CHAIN_RULES each), by OwnChainRules index, without building the rule text (upstream writes them to
+ * a discard buffer for the same purpose). Must mirror writeOwnChains; tests compare both paths.
  */
-export function countOwnChains(ctx: Context, svc: ServicePortInfo, plan: OwnChainsPlan): number {
-  let n = plan.hasInternalEndpoints && (ctx.masqueradeAll || ctx.detector.implemented) ? 1 : 0;
+export function ownChainRules(ctx: Context, svc: ServicePortInfo, plan: OwnChainsPlan): number[] {
+  const r = new Array<number>(OWN_CHAIN_RULES_LENGTH).fill(0);
+  if (plan.hasInternalEndpoints && (ctx.masqueradeAll || ctx.detector.implemented)) {
+    r[svc.internalPolicyLocal ? OwnChainRules.LocalPolicy : OwnChainRules.ClusterPolicy]++;
+  }
   if ((plan.ownChains & OwnChain.External) !== 0) {
-    n += svc.externalPolicyLocal ? (ctx.detector.implemented ? 3 : 2) : 1;
-    if (plan.hasExternalEndpoints) n++;
+    r[OwnChainRules.External] = (svc.externalPolicyLocal ? (ctx.detector.implemented ? 3 : 2) : 1) +
+      (plan.hasExternalEndpoints ? 1 : 0);
   }
   if ((plan.ownChains & OwnChain.Firewall) !== 0) {
     let allowFromNode = false;
@@ -181,12 +185,24 @@ export function countOwnChains(ctx: Context, svc: ServicePortInfo, plan: OwnChai
         allowFromNode = true;
       }
     }
-    n += svc.loadBalancerSourceRanges.length + 1 + (allowFromNode ? svc.loadBalancerVIPs.length : 0);
+    r[OwnChainRules.Firewall] = svc.loadBalancerSourceRanges.length + 1 +
+      (allowFromNode ? svc.loadBalancerVIPs.length : 0);
   }
   const perEndpoint = svc.stickyMaxAgeSeconds > 0 ? 2 : 1;
-  if ((plan.ownChains & OwnChain.ClusterPolicy) !== 0) n += perEndpoint * plan.clusterEndpoints.length;
-  if ((plan.ownChains & OwnChain.LocalPolicy) !== 0) n += perEndpoint * plan.localEndpoints.length;
-  return n + 2 * plan.reachable.length;
+  if ((plan.ownChains & OwnChain.ClusterPolicy) !== 0) {
+    r[OwnChainRules.ClusterPolicy] += perEndpoint * plan.clusterEndpoints.length;
+  }
+  if ((plan.ownChains & OwnChain.LocalPolicy) !== 0) {
+    r[OwnChainRules.LocalPolicy] += perEndpoint * plan.localEndpoints.length;
+  }
+  return r;
+}
+
+/** The total of `chainRules` (ownChainRules) and the KUBE-SEP chains' rules: writeOwnChains' count. */
+export function countOwnChains(chainRules: readonly number[], plan: OwnChainsPlan): number {
+  let n = SEP_CHAIN_RULES * plan.reachable.length;
+  for (const c of chainRules) n += c;
+  return n;
 }
 
 /** Upstream writeServiceToEndpointRules: affinity checks first, then the probability cascade. */

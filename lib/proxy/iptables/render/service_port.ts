@@ -11,9 +11,15 @@ import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from ".
 import { chainsForHash, endpointHash, portProtoHash } from "../chain_names.ts";
 import { checkEndpoint, checkServicePort } from "./validate.ts";
 import { SHARED_CHAIN_COUNT, SharedRuleFlags, writeSharedRules } from "./shared_chains.ts";
-import { NoLocal, OwnChain, type ServicePortFacts } from "./state.ts";
+import { NoLocal, OWN_CHAIN_RULES_LENGTH, OwnChain, type ServicePortFacts } from "./state.ts";
 import type { Context } from "./context.ts";
-import { countOwnChains, type OwnChainsOut, type OwnChainsPlan, writeOwnChains } from "./own_chains.ts";
+import {
+  countOwnChains,
+  ownChainRules,
+  type OwnChainsOut,
+  type OwnChainsPlan,
+  writeOwnChains,
+} from "./own_chains.ts";
 import type { RenderInput } from "./input.ts";
 
 const EMPTY_ENDPOINTS: readonly EndpointInfo[] = Object.freeze([]);
@@ -29,27 +35,30 @@ function sortedByEndpoint(eps: readonly EndpointInfo[]): readonly EndpointInfo[]
 }
 
 /**
- * Interned rule-count vectors: most service ports share one of a handful (e.g. one KUBE-SERVICES jump),
- * so the state holds a few arrays instead of one per service port. Bounded; the values are immutable.
+ * Interned rule-count vectors (shared chains, own chains; one table per vector length): most service
+ * ports share one of a handful (e.g. one KUBE-SERVICES jump, one KUBE-SVC with 6 rules), so the state
+ * holds a few arrays instead of one per service port. Bounded; the values are immutable.
  */
 const COUNTS_INTERN_LIMIT = 4096;
-const internedCounts = new Map<number, readonly number[]>();
+const internedShared = new Map<number, readonly number[]>();
+const internedOwn = new Map<number, readonly number[]>();
 
-function internCounts(counts: readonly number[]): readonly number[] {
+function internCounts(table: Map<number, readonly number[]>, counts: readonly number[]): readonly number[] {
   let key = 0;
-  for (let c = 0; c < SHARED_CHAIN_COUNT; c++) {
-    if (counts[c] >= 64) return Object.freeze([...counts]);
-    key = key * 64 + counts[c];
+  for (const n of counts) {
+    if (n >= 64) return Object.freeze([...counts]);
+    key = key * 64 + n;
   }
-  let v = internedCounts.get(key);
+  let v = table.get(key);
   if (v === undefined) {
     v = Object.freeze([...counts]);
-    if (internedCounts.size < COUNTS_INTERN_LIMIT) internedCounts.set(key, v);
+    if (table.size < COUNTS_INTERN_LIMIT) table.set(key, v);
   }
   return v;
 }
 
-const ZERO_COUNTS = internCounts(new Array<number>(SHARED_CHAIN_COUNT).fill(0));
+const ZERO_COUNTS = internCounts(internedShared, new Array<number>(SHARED_CHAIN_COUNT).fill(0));
+const ZERO_OWN_RULES = internCounts(internedOwn, new Array<number>(OWN_CHAIN_RULES_LENGTH).fill(0));
 
 /** Facts of a service port left out of the payload because of `problem`. */
 function skippedFacts(
@@ -68,6 +77,7 @@ function skippedFacts(
     seps: "",
     endpointCount: endpoints?.length ?? 0,
     ownRules: 0,
+    chainRules: ZERO_OWN_RULES,
     shared: ZERO_COUNTS,
   };
 }
@@ -163,8 +173,9 @@ export function processServicePort(
     reachable,
     seps,
   };
+  const chainRules = internCounts(internedOwn, ownChainRules(ctx, svc, plan));
   const ownRules = own === null
-    ? (reuse?.ownRules ?? countOwnChains(ctx, svc, plan))
+    ? countOwnChains(chainRules, plan)
     : writeOwnChains(ctx, own, svc, spn, protocol, names, plan);
   return {
     svc,
@@ -177,7 +188,8 @@ export function processServicePort(
     seps,
     endpointCount: endpoints?.length ?? 0,
     ownRules,
-    shared: internCounts(ctx.counts),
+    chainRules,
+    shared: internCounts(internedShared, ctx.counts),
   };
 }
 

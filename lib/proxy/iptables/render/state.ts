@@ -1,8 +1,8 @@
 /**
  * What the renderer remembers between syncs, so that a partial sync costs O(changed service ports):
  * per service port (sorted by key) the facts derived at its last render (ServicePortFacts: endpoint
- * categorisation outcome as SharedRuleFlags, chain hashes, rule counts per shared chain and in its own
- * chains, no-local-endpoint flags, endpoint count), the aggregates over all of them (RenderTotals), prefix
+ * categorisation outcome as SharedRuleFlags, chain hashes, rule counts per shared chain and in each of its
+ * own chains, no-local-endpoint flags, endpoint count), the aggregates over all of them (RenderTotals), prefix
  * sums of the shared-chain rule counts (positions for `-I`), and the rule text of the fixed chains and
  * the NodePorts jump(s).
  *
@@ -65,6 +65,11 @@ export interface ServicePortFacts {
   readonly endpointCount: number;
   /** Rules in its own chains (KUBE-SVC/SVL/EXT/FW/SEP). */
   readonly ownRules: number;
+  /**
+   * Rules in each of its own chains other than the KUBE-SEP ones (2 rules each), by OwnChainRules index
+   * (0 for a chain it does not have): what the drift check expects in each chain.
+   */
+  readonly chainRules: readonly number[];
   /** Rules it writes into each shared chain (index: SharedChain). */
   readonly shared: readonly number[];
 }
@@ -110,15 +115,43 @@ export interface RenderState {
   readonly activeNatChains: Set<string>;
 }
 
-/** Calls `fn` with each of a service port's own nat chains, in declaration order. */
-export function forEachOwnChain(f: ServicePortFacts, fn: (chain: string) => void): void {
+/** Index of each of a service port's own chains (except KUBE-SEP) in ServicePortFacts.chainRules. */
+export const OwnChainRules = {
+  External: 0,
+  Firewall: 1,
+  ClusterPolicy: 2,
+  LocalPolicy: 3,
+} as const;
+
+/** Length of ServicePortFacts.chainRules. */
+export const OWN_CHAIN_RULES_LENGTH = 4;
+
+/** Rules in every KUBE-SEP chain (hairpin masquerade, DNAT). */
+export const SEP_CHAIN_RULES = 2;
+
+/** Number of a service port's own nat chains. */
+export function ownChainCount(f: ServicePortFacts): number {
+  if (f.problem !== null) return 0;
+  let n = f.seps.length / HASH_LENGTH;
+  for (let b = f.ownChains; b !== 0; b >>= 1) n += b & 1;
+  return n;
+}
+
+/**
+ * Calls `fn` with each of a service port's own nat chains, in declaration order, and the number of
+ * rules it holds.
+ */
+export function forEachOwnChain(f: ServicePortFacts, fn: (chain: string, rules: number) => void): void {
   if (f.problem !== null) return;
   const bits = f.ownChains;
-  if ((bits & OwnChain.External) !== 0) fn(EXT_PREFIX + f.hash);
-  if ((bits & OwnChain.Firewall) !== 0) fn(FW_PREFIX + f.hash);
-  if ((bits & OwnChain.ClusterPolicy) !== 0) fn(SVC_PREFIX + f.hash);
-  if ((bits & OwnChain.LocalPolicy) !== 0) fn(SVL_PREFIX + f.hash);
-  for (let i = 0; i < f.seps.length; i += HASH_LENGTH) fn(SEP_PREFIX + f.seps.slice(i, i + HASH_LENGTH));
+  const r = f.chainRules;
+  if ((bits & OwnChain.External) !== 0) fn(EXT_PREFIX + f.hash, r[OwnChainRules.External]);
+  if ((bits & OwnChain.Firewall) !== 0) fn(FW_PREFIX + f.hash, r[OwnChainRules.Firewall]);
+  if ((bits & OwnChain.ClusterPolicy) !== 0) fn(SVC_PREFIX + f.hash, r[OwnChainRules.ClusterPolicy]);
+  if ((bits & OwnChain.LocalPolicy) !== 0) fn(SVL_PREFIX + f.hash, r[OwnChainRules.LocalPolicy]);
+  for (let i = 0; i < f.seps.length; i += HASH_LENGTH) {
+    fn(SEP_PREFIX + f.seps.slice(i, i + HASH_LENGTH), SEP_CHAIN_RULES);
+  }
 }
 
 /** Mutable totals while a render adds and removes facts. */
@@ -170,19 +203,25 @@ export interface RenderStateSize {
 }
 
 /** Estimated V8/JSC object sizes (header plus 8-byte slots), for renderStateSize. */
-const FACTS_OBJECT_BYTES = 16 + 11 * 8;
+const FACTS_OBJECT_BYTES = 16 + 12 * 8;
 const SMALL_ARRAY_BYTES = 32 + SHARED_CHAIN_COUNT * 8;
+const OWN_RULES_ARRAY_BYTES = 32 + OWN_CHAIN_RULES_LENGTH * 8;
 const STRING_HEADER_BYTES = 16;
 
 /** Measures a RenderState (see RenderStateSize). */
 export function renderStateSize(state: RenderState): RenderStateSize {
   let bytes = state.keys.length * 8 + state.facts.length * 8 + state.positions.byteLength;
   const seenShared = new Set<readonly number[]>();
+  const seenOwn = new Set<readonly number[]>();
   for (const f of state.facts) {
     bytes += FACTS_OBJECT_BYTES + STRING_HEADER_BYTES * 2 + f.hash.length + f.seps.length;
     if (!seenShared.has(f.shared)) {
       seenShared.add(f.shared);
       bytes += SMALL_ARRAY_BYTES;
+    }
+    if (!seenOwn.has(f.chainRules)) {
+      seenOwn.add(f.chainRules);
+      bytes += OWN_RULES_ARRAY_BYTES;
     }
   }
   let text = 0;

@@ -42,6 +42,8 @@ function fakeKernel(initial: Record<string, string[]> = {}) {
     features: { hasCheck: true, hasRandomFully: true, waitFlags: ["-w", "5"], restoreWaitFlags: [] },
     binaries: { iptables: "/x/iptables", save: "/x/iptables-save", restore: "/x/iptables-restore" },
     save: () => Promise.reject(new Error("unused")),
+    saveLines: () => Promise.reject(new Error("unused")),
+    execLines: () => Promise.reject(new Error("unused")),
     exec(args: readonly string[]): Promise<ExecResult> {
       calls.push(args.join(" "));
       // As iptables parses it: "-S CHAIN [RULENUM]" anywhere, "-t TABLE" anywhere.

@@ -47,6 +47,8 @@ function fakeIptables(): IptablesRunner & {
     chains,
     restore: () => Promise.reject(new Error("unused")),
     save: () => Promise.reject(new Error("unused")),
+    saveLines: () => Promise.reject(new Error("unused")),
+    execLines: () => Promise.reject(new Error("unused")),
     exec(args: readonly string[]): Promise<ExecResult> {
       calls.push(args.join(" "));
       assert.deepEqual(args.slice(0, 4), ["-w", "5", "-W", "100000"]);

@@ -17,6 +17,8 @@ import {
   type TableEdits,
 } from "../../../../../lib/proxy/iptables/render/shared_chain_diff.ts";
 import { renderStateSize } from "../../../../../lib/proxy/iptables/render/state.ts";
+import { expectationFromState } from "../../../../../lib/proxy/iptables/drift.ts";
+import { expectationMismatches } from "../../../../support/drift_expectation.ts";
 import { splitWords } from "../../../../support/iptables_canonical.ts";
 import type { EndpointInfo, Protocol, ServicePortInfo } from "../../../../../lib/proxy/types.ts";
 import { servicePortKey } from "../../../../../lib/proxy/types.ts";
@@ -317,6 +319,8 @@ function runRandomSequence(
     const where = `seed ${seed} step ${step} after [${log.slice(-4).join(", ")}]`;
     assert.equal(s.error, null, `${where}: ${s.error}\n${s.result.payload}`);
     assert.equal(s.result.mode, "incremental", where);
+    // The drift check's expectation, derived from the state alone, is what the payloads left.
+    assert.deepEqual(expectationMismatches(expectationFromState(s.result.state), sc.p.ipt), [], where);
     const declared = declaredSharedChains(s.result.payload);
     stats.fixedRewrites += declared.length;
     if (extra === undefined) assert.deepEqual(declared, [], `${where}: shared chain re-declared`);

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { applyPayloadToOwnedRules, type OwnedRules } from "../../../../lib/proxy/iptables/owned_rules.ts";
+import { applyPayloadToOwnedRules, type OwnedRules } from "../../support/owned_rules.ts";
 
 test("owned rule counts follow full and partial payloads", () => {
   const owned: OwnedRules = new Map();
