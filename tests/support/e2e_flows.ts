@@ -200,6 +200,19 @@ export interface FlowSemantics {
   readonly skip?: (f: Flow) => string | null;
 }
 
+/**
+ * Requests that reach every owner of a random choice among `endpointOwners` (one entry per endpoint; several
+ * endpoints may share an owner) but with odds below one in a million: the rarest owner's share p needs
+ * n ≥ ln(1e-6) / ln(1 − p) (2 equal owners: 20; 3 endpoints on 2 owners: 35 — 16 requests missed the rarer one
+ * once in ~650 runs).
+ */
+export function requestsToReachAll(endpointOwners: readonly string[]): number {
+  const per = new Map<string, number>();
+  for (const o of endpointOwners) per.set(o, (per.get(o) ?? 0) + 1);
+  const p = Math.min(...per.values()) / endpointOwners.length;
+  return Math.ceil(Math.log(1e-6) / Math.log(1 - p));
+}
+
 /** Sends one flow and checks its outcome: "" when it holds, else what went wrong; `skip` when not expressible. */
 export async function runE2eFlow(
   plan: E2eFlowPlan,
@@ -232,7 +245,7 @@ export async function runE2eFlow(
       return { failure: `${what}: an expected endpoint is not in the table` };
     }
     const ids = new Set(owners.map((o) => o!.id));
-    const count = f.sticky ? 12 : ids.size === 1 ? 2 : 8 * ids.size;
+    const count = f.sticky ? 12 : ids.size === 1 ? 2 : requestsToReachAll(owners.map((o) => o!.id));
     // One request first: a broken flow fails fast instead of timing out `count` times.
     const first = await hosts.cluster.request(from.ns, { host, port: f.to.port, proto, timeoutMs: 2000 });
     const rest = typeof first[0] === "object" && "id" in first[0]
