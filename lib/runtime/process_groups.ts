@@ -104,6 +104,12 @@ export interface RunOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** Written to stdin with back-pressure, then stdin is closed; none: stdin is closed at once. */
   readonly stdin?: ProcessInput | null;
+  /**
+   * The command opens its input by name (`conntrack -R -` opens /dev/stdin). Bun hands a child's stdin over
+   * as a socket, which /dev/stdin cannot open (ENXIO); with this set Bun gets the input as one in-memory
+   * file instead (whole, so for small inputs only). Other runtimes pass a pipe, which opens by name.
+   */
+  readonly stdinByPath?: boolean;
   /** Kills the group after this many ms; 0 or none: never. */
   readonly timeoutMs?: number;
   /** Aborting kills the group; already aborted: rejects with its reason and runs nothing. */
@@ -173,16 +179,18 @@ export function runInProcessGroup(argv: readonly string[], opts: RunOptions = {}
   if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
   const input = opts.stdin ?? "";
   const bun = (globalThis as { Bun?: BunSpawnApi }).Bun;
-  return bun !== undefined && input === ""
-    ? runWithBunSpawn(bun, argv, opts)
-    : runWithChildProcess(argv, opts, input);
+  if (bun !== undefined && input === "") return runWithBunSpawn(bun, argv, opts, null);
+  if (bun !== undefined && opts.stdinByPath === true) {
+    return runWithBunSpawn(bun, argv, opts, new Blob(typeof input === "string" ? [input] : [...input]));
+  }
+  return runWithChildProcess(argv, opts, input);
 }
 
 /** The part of Bun's API runWithBunSpawn uses. */
 interface BunSpawnApi {
   spawn(cmd: string[], opts: {
     env?: NodeJS.ProcessEnv;
-    stdin: "ignore";
+    stdin: "ignore" | Blob;
     stdout: "pipe";
     stderr: "pipe";
     detached: true;
@@ -289,17 +297,18 @@ class RunOutput {
   }
 }
 
-/** runInProcessGroup through Bun.spawn (no stdin). */
+/** runInProcessGroup through Bun.spawn: no stdin, or all of it at once (Bun backs a Blob with a memfd). */
 async function runWithBunSpawn(
   bun: BunSpawnApi,
   argv: readonly string[],
   opts: RunOptions,
+  input: Blob | null,
 ): Promise<RunResult> {
   let proc: BunSubprocess;
   try {
     proc = bun.spawn([...argv], {
       ...(opts.env === undefined ? {} : { env: opts.env }),
-      stdin: "ignore",
+      stdin: input ?? "ignore",
       stdout: "pipe",
       stderr: "pipe",
       detached: true,

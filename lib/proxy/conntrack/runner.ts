@@ -150,6 +150,8 @@ export class CliConntrackRunner implements ConntrackRunner {
   #exec(args: readonly string[], stdin?: string, onLine?: (line: string) => void): Promise<RunResult> {
     return runInProcessGroup([...this.#prefix, this.binary, ...args], {
       stdin,
+      // `-R -` opens /dev/stdin by name.
+      stdinByPath: stdin !== undefined,
       timeoutMs: this.#timeoutMs,
       onStdoutLine: onLine ?? (() => {}),
     });

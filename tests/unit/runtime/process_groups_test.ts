@@ -92,3 +92,10 @@ test("killProcessGroups also ends a runInProcessGroup command (Bun.spawn's under
   assert.equal(alive(grandchild), false, "the grandchild must not be left as an orphan");
   assert.equal(liveChildProcesses(), 0);
 });
+
+test("runInProcessGroup with stdinByPath: a command that opens /dev/stdin by name reads the input", async () => {
+  const input = "line 1\nline 2\n";
+  const r = await runInProcessGroup(["sh", "-c", "cat /dev/stdin"], { stdin: input, stdinByPath: true });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.toString("utf8"), input);
+});

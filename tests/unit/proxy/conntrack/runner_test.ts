@@ -33,10 +33,11 @@ case "$1" in
     exit 0 ;;
   -R)
     if [ "$MODE" != ok ]; then echo "conntrack v1.4.7 (conntrack-tools): unknown option -R" >&2; exit 2; fi
+    # As conntrack does for "-R -": the input is opened by name (a socket as stdin fails there with ENXIO).
     while read -r line; do
       echo "LINE $line" >> ${log}
       echo "udp      17 10 src=10.0.0.1 dst=10.96.0.10 sport=1 dport=53 src=10.244.1.5 dst=10.0.0.1 sport=5353 dport=1 mark=0 use=1"
-    done
+    done < /dev/stdin
     exit 0 ;;
   -D)
     if [ "$MODE" = broken ]; then echo "conntrack v1.4.7 (conntrack-tools): Invalid IP address" >&2; exit 2; fi
