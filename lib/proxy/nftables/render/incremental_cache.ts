@@ -1,0 +1,86 @@
+/**
+ * What the incremental renderer (incremental.ts) keeps between syncs, and its compaction after a full
+ * sync. The cache is built during the full sync's render, so its strings and objects are allocated among
+ * the render's hundreds of thousands of short-lived ones; JavaScriptCore never moves a cell, and the
+ * blocks holding the cache's few cells each stay mapped after the render's garbage is gone (at 5k
+ * Services ~10 MiB of cache held ~35 MiB of heap: bench/README.md). A copy made once the render is over
+ * lies in blocks of its own, and the originals die with the render's garbage.
+ */
+import { freshString } from "../../../runtime/fresh_string.ts";
+
+/** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
+export interface Fragment {
+  /** Ids of the elements it wants (see elementId in incremental.ts), each once. */
+  readonly elementIds: readonly string[];
+  readonly chains: readonly string[];
+  readonly affinitySets: readonly string[];
+  readonly noLocalInternal: boolean;
+  readonly noLocalExternal: boolean;
+}
+
+/** Element value ("" for a set element) and comment as written. */
+export interface ElementBody {
+  readonly value: string;
+  readonly comment: string | undefined;
+}
+
+/** The body of every set element without a comment (most of them): one shared object. */
+export const PLAIN: ElementBody = Object.freeze({ value: "", comment: undefined });
+
+/**
+ * The service ports wanting one element and the body each would write: one owner inline (the common
+ * case, no Map per element), a Map from the second on.
+ */
+export type Owners = { readonly owner: string; readonly body: ElementBody } | Map<string, ElementBody>;
+
+/**
+ * The renderer's per-service-port and per-element state, as a full sync's render leaves it (the applied
+ * state is derived from the owners afterwards, so it is built from the copy).
+ */
+export interface IncrementalCache {
+  /** Each service port's share, by servicePortKey. */
+  readonly fragments: Map<string, Fragment>;
+  /** Wanting service ports of each element, by element id. */
+  readonly owners: Map<string, Owners>;
+}
+
+/**
+ * A copy of `cache` in new objects and strings, in the same order. A string the cache holds in several
+ * places (an element id in its owners' and its service ports' entries, a service port's key, a comment)
+ * is copied once and shared as before; {@link PLAIN} stays PLAIN.
+ */
+export function compactCache(cache: IncrementalCache): IncrementalCache {
+  // Only the strings held more than once go through the map (a map of every string costs twice the time).
+  const shared = new Map<string, string>();
+  const once = (s: string): string => {
+    let c = shared.get(s);
+    if (c === undefined) {
+      c = freshString(s);
+      shared.set(s, c);
+    }
+    return c;
+  };
+  const body = (b: ElementBody): ElementBody =>
+    b === PLAIN
+      ? PLAIN
+      : { value: freshString(b.value), comment: b.comment === undefined ? undefined : once(b.comment) };
+  const owners = new Map<string, Owners>();
+  for (const [id, o] of cache.owners) {
+    if (o instanceof Map) {
+      const m = new Map<string, ElementBody>();
+      for (const [owner, b] of o) m.set(once(owner), body(b));
+      owners.set(once(id), m);
+    } else owners.set(once(id), { owner: once(o.owner), body: body(o.body) });
+  }
+  const fragments = new Map<string, Fragment>();
+  for (const [key, f] of cache.fragments) {
+    fragments.set(once(key), {
+      elementIds: f.elementIds.map(once),
+      chains: f.chains.map(freshString),
+      affinitySets: f.affinitySets.map(freshString),
+      noLocalInternal: f.noLocalInternal,
+      noLocalExternal: f.noLocalExternal,
+    });
+  }
+  return { fragments, owners };
+}
