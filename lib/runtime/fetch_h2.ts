@@ -106,6 +106,9 @@ export function createH2Fetch(
         s.on("error", forget);
         s.on("close", forget);
         s.on("goaway", forget);
+        // Under Deno the session learns of a lost connection after its streams do: a request made in
+        // between (a watch resuming at once) went out on the dead session and waited for nothing.
+        socket.once("close", forget);
         alive.set(s, watchHealth(s, health));
         resolve(s);
       });
