@@ -91,7 +91,9 @@ export class ListDecoder<T> {
     if (typeof body === "object" && body !== null && Array.isArray(list.items)) {
       // Split items were decoded already; items the scanner did not see (a body it could not split, such
       // as one starting with a byte-order mark) are mapped here.
-      list.items = this.#scanner.foundItems ? this.#items : list.items.map((raw) => this.#item(raw));
+      // (Of a body that repeats the key, #items holds the last non-empty array's: the last may be empty.)
+      const decoded = this.#scanner.itemCount === 0 ? [] : this.#items;
+      list.items = this.#scanner.foundItems ? decoded : list.items.map((raw) => this.#item(raw));
     }
     this.#items = [];
     return body;

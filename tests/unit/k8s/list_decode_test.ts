@@ -97,6 +97,7 @@ describe("ListDecoder", () => {
       '{"items":{"a":[1]}}',
       '{"\\u0069tems":[1,{"x":2}]}',
       '{"items":[1],"items":[2,3]}',
+      '{"items":[1],"items":[]}',
       '{"items":[1],"items":null}',
       '{"items":null,"items":[4]}',
       "[1,2,3]",
@@ -212,11 +213,12 @@ describe("ListDecoder", () => {
       if (k === 4) return Array.from({ length: rnd(4) }, () => value(depth + 1));
       return Object.fromEntries(Array.from({ length: rnd(4) }, () => [str(), value(depth + 1)]));
     };
-    for (let round = 0; round < 300; round++) {
+    for (let round = 0; round < 500; round++) {
       const list = {
         kind: str(),
         metadata: { resourceVersion: String(round), x: value(2) },
-        items: Array.from({ length: rnd(8) }, () => value(1)),
+        // objects that begin with "metadata" (as an apiserver's items) let runs of items be taken at once
+        items: Array.from({ length: rnd(12) }, () => rnd(2) ? value(1) : { metadata: value(2), x: value(2) }),
       };
       const text = JSON.stringify(list, null, rnd(2) ? 1 : undefined);
       const bytes = enc.encode(text);
