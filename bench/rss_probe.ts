@@ -5,7 +5,10 @@
  * code and embedded bundle, anonymous memory, libraries).
  *
  *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
- *                          [--every=<ms between samples, 2000>]
+ *                          [--every=<ms between samples, 2000>] [--apiserver-fields]
+ *
+ * `--apiserver-fields`: the test apiserver serves the objects as a real one does (managedFields, kubectl's
+ * last-applied annotation, owner references, targetRef; synthetic_cluster.ts withApiserverFields).
  *
  * Prints figures; nothing goes to results.json.
  */
@@ -13,7 +16,7 @@ import { parseArgs } from "node:util";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import process from "node:process";
-import { syntheticCluster } from "./synthetic_cluster.ts";
+import { syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
 import { kubeServicesRuleCount } from "./render_bench.ts";
 import { observeStart, readRss, withAgentSession } from "./agent_bench.ts";
 import { sleep } from "./stats.ts";
@@ -43,19 +46,24 @@ async function main(): Promise<void> {
       watch: { type: "string", default: "40" },
       extra: { type: "string", multiple: true, default: [] },
       every: { type: "string", default: "2000" },
+      "apiserver-fields": { type: "boolean", default: false },
     },
   });
   const n = Number(values.services);
-  const cluster = syntheticCluster({ services: n });
+  const generated = syntheticCluster({ services: n });
+  const cluster = values["apiserver-fields"] ? withApiserverFields(generated) : generated;
   await withAgentSession(
     { cluster, prefix: "brss", binary: values.binary!, extra: values.extra as string[] },
-    async ({ ns, agent }) => {
+    async ({ ns, agent, setup }) => {
       const t = () => Math.round(performance.now() - agent.startedAt);
+      const listedAt = new Map<string, number>();
       agent.child.stderr?.on("data", (b: Buffer) => {
         for (const l of b.toString().split("\n")) {
           if (/released memory|sync of IPv\d rules took|"list \w+:/.test(l)) {
             process.stdout.write(`  t=${t()} ${l}\n`);
           }
+          const list = /"list (\w+): \d+ objects/.exec(l);
+          if (list && !listedAt.has(list[1])) listedAt.set(list[1], t());
         }
       });
       const timer = setInterval(() => {
@@ -65,6 +73,20 @@ async function main(): Promise<void> {
       try {
         const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
         process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+        // The first LIST of each resource: from the body handed to the socket to the agent's "list" line
+        // (transfer, decoding, the store and the handlers).
+        for (const r of setup.api.requests.filter((q) => q.method === "GET" && !q.watch)) {
+          const resource = r.path.split("/").pop() ?? "";
+          const logged = listedAt.get(resource);
+          if (logged === undefined || r.sentAt === 0) continue;
+          listedAt.delete(resource);
+          const sent = Math.round(r.sentAt - agent.startedAt);
+          process.stdout.write(
+            `  first list ${resource}: ${(r.bytes / 1048576).toFixed(1)} MiB${r.gzip ? " gzip" : ""}, ` +
+              `served t=${Math.round(r.at - agent.startedAt)}, body sent t=${sent}, listed t=${logged}: ` +
+              `${logged - sent} ms after the body was sent\n`,
+          );
+        }
         const watchMs = Number(values.watch) * 1000;
         await sleep(Math.min(20_000, watchMs));
         const status = readFileSync(`/proc/${agent.pid}/status`, "utf8").split("\n")

@@ -56,19 +56,33 @@ export interface ReadBoundedOptions {
  * above the limit fails before anything is read.
  */
 export async function readBounded(res: Response, opts: ReadBoundedOptions): Promise<string> {
+  const parts: Uint8Array[] = [];
+  const total = await readBoundedChunks(res, opts, (chunk) => parts.push(chunk));
+  return new TextDecoder().decode(concatBytes(parts, total));
+}
+
+/**
+ * Reads a response body chunk by chunk, handing each to `onChunk` as it arrives, with the limits of
+ * {@link readBounded}; returns the bytes read. What `onChunk` throws ends the read (the body is cancelled)
+ * and is thrown.
+ */
+export async function readBoundedChunks(
+  res: Response,
+  opts: ReadBoundedOptions,
+  onChunk: (chunk: Uint8Array) => void,
+): Promise<number> {
   const declared = Number(res.headers.get("content-length") ?? NaN);
   const tooLarge = () =>
     new MessageTooLargeError(
       `${opts.what}: response body is larger than the limit of ${formatLimit(opts.limit)}; dropped it`,
       opts.limit,
     );
-  if (!res.body) return "";
+  if (!res.body) return 0;
   if (!opts.truncate && Number.isFinite(declared) && declared > opts.limit) {
     await res.body.cancel().catch(() => {});
     throw tooLarge();
   }
   const reader = res.body.getReader();
-  const parts: Uint8Array[] = [];
   let total = 0;
   try {
     for (;;) {
@@ -76,17 +90,17 @@ export async function readBounded(res: Response, opts: ReadBoundedOptions): Prom
       if (done) break;
       if (total + value.length > opts.limit) {
         if (!opts.truncate) throw tooLarge();
-        parts.push(value.subarray(0, opts.limit - total));
+        onChunk(value.subarray(0, opts.limit - total));
         total = opts.limit;
         break;
       }
-      parts.push(value);
       total += value.length;
+      onChunk(value);
     }
   } finally {
     reader.cancel().catch(() => {});
   }
-  return new TextDecoder().decode(concatBytes(parts, total));
+  return total;
 }
 
 /**

@@ -485,6 +485,8 @@ export class Reflector<T extends KubeObject> {
       fieldSelector: this.#spec.fieldSelector,
       limit: unpaged ? 0 : this.#timings.pageSize,
       maxPageBytes: this.#timings.maxMessageBytes,
+      // Each item checked and reduced as it is decoded: the list as sent is never held whole.
+      item: (raw) => this.sink.listItem(raw),
       signal,
       log: this.#log,
     });

@@ -70,6 +70,16 @@ export class ResourceSink<T extends KubeObject> {
     return { ok: reduceObject(o as T) };
   }
 
+  /**
+   * One list item as it is decoded (listAll's `item`): the checked, reduced object, or the item as it came
+   * when it must be skipped ({@link applyList} reports it then, once the list is complete). Checking
+   * again in {@link applyList} returns a checked object itself, so the list is reduced exactly once.
+   */
+  listItem(raw: unknown): unknown {
+    const c = this.check(raw);
+    return "ok" in c ? c.ok : raw;
+  }
+
   /** Logs and counts one skipped line or object. */
   malformed(where: string, why: string, raw: unknown): void {
     this.#stats?.recordMalformed(this.spec.resource);
@@ -78,7 +88,10 @@ export class ResourceSink<T extends KubeObject> {
     this.#log.warn(`${where} ${this.spec.resource}: skipping malformed input (${why}): ${shown}`);
   }
 
-  /** Diffs a complete list into the store, emits the changes, and marks the resource synced. */
+  /**
+   * Diffs a complete list into the store, emits the changes, and marks the resource synced. The items are
+   * checked here (those that went through {@link listItem} already are returned as they are).
+   */
   applyList(rawItems: unknown[]): number {
     const items: T[] = [];
     for (const raw of rawItems) {

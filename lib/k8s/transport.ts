@@ -3,14 +3,21 @@
  * {@link Credentials}), the per-runtime TLS fetch, `Accept: application/json`, `Accept-Encoding: gzip` with
  * streaming decoding and a count of the bytes received (lib/k8s/content_encoding.ts), the
  * `edgeproxy/<version>` user agent, client-side rate limiting (clientConnection.qps/burst), request timeouts, bounded response
- * bodies ({@link MAX_API_MESSAGE_BYTES}), and turning error responses into a typed {@link ApiError} parsed
- * from the meta/v1 Status body.
+ * bodies ({@link MAX_API_MESSAGE_BYTES}), LIST bodies decoded item by item as they arrive
+ * (lib/k8s/list_decode.ts: each item parsed and reduced alone, the whole body never held), and turning
+ * error responses into a typed {@link ApiError} parsed from the meta/v1 Status body.
  */
 import pkg from "../../package.json" with { type: "json" };
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../runtime/fetch_tls.ts";
-import { MAX_API_MESSAGE_BYTES, MessageTooLargeError, readBounded } from "./bounded_read.ts";
+import {
+  MAX_API_MESSAGE_BYTES,
+  MessageTooLargeError,
+  readBounded,
+  readBoundedChunks,
+} from "./bounded_read.ts";
 import { type BodyBytes, decodeResponse } from "./content_encoding.ts";
 import type { AuthMaterial } from "./credentials.ts";
+import { ListDecodeError, ListDecoder } from "./list_decode.ts";
 import type { RestConfig } from "./rest_config.ts";
 import type { ObjectList, Status } from "./objects.ts";
 import { RateLimiter } from "./rate_limiter.ts";
@@ -138,6 +145,11 @@ export interface RequestOptions {
   timeoutMs?: number;
   /** Largest response body accepted (bytes; default the transport's `maxResponseBytes`). */
   maxBytes?: number;
+  /**
+   * The answer is a List: decode it item by item as it arrives (lib/k8s/list_decode.ts), each element
+   * of its `items` through this function, so the whole body text and the list as sent never exist at once.
+   */
+  listItem?: (raw: unknown) => unknown;
 }
 
 /** Rate-limited, authenticated JSON requests and watch streams against one apiserver. */
@@ -299,7 +311,9 @@ export class ApiTransport {
           handedOver = true;
           return res;
         }
-        const text = await readBounded(res, { limit: opts.maxBytes ?? this.#maxResponseBytes, what });
+        const limit = opts.maxBytes ?? this.#maxResponseBytes;
+        if (opts.listItem) return await readList(res, { limit, what }, opts.listItem);
+        const text = await readBounded(res, { limit, what });
         try {
           return JSON.parse(text);
         } catch {
@@ -363,7 +377,7 @@ export interface ListResult<T> {
 }
 
 /** Options of {@link listAll}. */
-export interface ListAllOptions {
+export interface ListAllOptions<T = unknown> {
   path: string;
   resource: string;
   labelSelector?: string;
@@ -382,6 +396,11 @@ export interface ListAllOptions {
   maxPageBytes?: number;
   /** How often an expired continue token may restart the list (default 3). */
   maxRestarts?: number;
+  /**
+   * Applied to each item as soon as it is parsed, before the next one is (default: none): the reflector
+   * checks and reduces it here (ResourceSink.listItem), so the objects as sent are never all alive at once.
+   */
+  item?: (raw: unknown) => T;
   log?: Logger;
 }
 
@@ -390,11 +409,12 @@ export interface ListAllOptions {
  * cache with `resourceVersion: "0"`). When a continue token
  * expires (410) the list starts over from the first page, since pages of different snapshots must not mix.
  */
-export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise<ListResult<T>> {
+export async function listAll<T>(t: ApiTransport, opts: ListAllOptions<T>): Promise<ListResult<T>> {
   const limit = opts.limit === 0 ? undefined : String(opts.limit ?? 500);
+  const listItem = opts.item ?? ((raw: unknown) => raw);
   let pages = 0;
   for (let restart = 0;; restart++) {
-    const items: T[] = [];
+    let items: T[] = [];
     let cont: string | undefined;
     try {
       for (;;) {
@@ -411,6 +431,7 @@ export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise
           resource: opts.resource,
           signal: opts.signal,
           maxBytes: opts.maxPageBytes,
+          listItem,
         });
         pages++;
         if (
@@ -419,7 +440,11 @@ export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise
         ) {
           throw new ApiError(200, "InvalidResponse", `list ${opts.resource}: response is not a list`);
         }
-        if (page.items) items.push(...page.items);
+        if (page.items) {
+          // One response from the watch cache holds every object: no spread of 10k+ arguments, no copy.
+          if (items.length === 0) items = page.items;
+          else for (const it of page.items) items.push(it);
+        }
         cont = page.metadata?.continue || undefined;
         if (!cont) {
           const rv = page.metadata?.resourceVersion ?? "";
@@ -442,6 +467,23 @@ export async function listAll<T>(t: ApiTransport, opts: ListAllOptions): Promise
       }
       throw e;
     }
+  }
+}
+
+/** A List body decoded item by item; malformed JSON is the same {@link ApiError} as {@link ApiTransport.request}'s. */
+async function readList(
+  res: Response,
+  opts: { limit: number; what: string },
+  item: (raw: unknown) => unknown,
+): Promise<unknown> {
+  const decoder = new ListDecoder(item);
+  try {
+    await readBoundedChunks(res, opts, (chunk) => decoder.push(chunk));
+    return decoder.finish();
+  } catch (e) {
+    if (!(e instanceof ListDecodeError)) throw e;
+    const detail = e.text ? `${snippet(e.message)}: ${snippet(e.text)}` : snippet(e.message);
+    throw new ApiError(res.status, "InvalidResponse", `${opts.what}: response is not JSON: ${detail}`);
   }
 }
 

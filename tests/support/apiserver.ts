@@ -106,6 +106,10 @@ export interface RecordedRequest {
   gzip: boolean;
   /** HTTP version of the request: "1.1" or "2.0". */
   httpVersion: string;
+  /** When it arrived (performance.now() of the serving process). */
+  at: number;
+  /** When its whole (non-watch) body was handed to the socket (performance.now(); 0 before). */
+  sentAt: number;
 }
 
 /** Options of writeKubeconfig. */
@@ -801,6 +805,8 @@ class TestApiserverImpl implements TestApiserver {
       bytes: 0,
       gzip: false,
       httpVersion: req.httpVersion,
+      at: performance.now(),
+      sentAt: 0,
     };
     this.requests.push(r);
     return r;
@@ -832,6 +838,7 @@ class TestApiserverImpl implements TestApiserver {
       ...headers,
     });
     res.end(bytes);
+    if (rec) rec.sentAt = performance.now();
   }
 
   #sendStatus(

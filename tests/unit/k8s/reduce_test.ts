@@ -89,3 +89,32 @@ test("the resource sink stores and delivers reduced objects, from lists and watc
     },
   });
 });
+
+test("list items are checked and reduced once, as they are decoded (listItem); a bad one is reported at applyList", () => {
+  const added: KubeObject[] = [];
+  const warned: string[] = [];
+  const log = { ...silentLogger, warn: (m: string) => warned.push(m) };
+  const handler = {
+    onAdd: (o: KubeObject) => added.push(o),
+    onUpdate: () => {},
+    onDelete: () => {},
+    onSynced: () => {},
+  };
+  const services = new ResourceSink<KubeObject>(SERVICES_RESOURCE, handler, log);
+  const item = services.listItem({
+    metadata: { name: "a", namespace: "ns", resourceVersion: "1", managedFields: managed },
+  }) as KubeObject;
+  assert.deepEqual(item, {
+    kind: "Service",
+    apiVersion: "v1",
+    metadata: { name: "a", namespace: "ns", resourceVersion: "1" },
+  });
+  const bad = { metadata: { namespace: "ns" } };
+  assert.equal(services.listItem(bad), bad, "a bad item is kept as it came, to be reported with the list");
+  assert.deepEqual(warned, []);
+  services.applyList([item, bad]);
+  assert.equal(added.length, 1);
+  assert.equal(added[0], item, "the decoded item is stored as it is: not copied again");
+  assert.equal(warned.length, 1);
+  assert.match(warned[0], /^list services: skipping malformed input \(metadata\.name is missing\)/);
+});

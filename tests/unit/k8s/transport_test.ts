@@ -13,7 +13,17 @@ import { startTestApiserver, type TestApiserver } from "../../support/apiserver.
 import { loadRestConfig } from "../../../lib/k8s/kubeconfig.ts";
 import { staticCredentials } from "../../../lib/k8s/credentials.ts";
 import type { RestConfig } from "../../../lib/k8s/rest_config.ts";
-import { ApiError, ApiTransport, listAll, NetworkError, USER_AGENT } from "../../../lib/k8s/transport.ts";
+import {
+  ApiError,
+  ApiTransport,
+  isExpired,
+  isTooLargeResourceVersion,
+  listAll,
+  NetworkError,
+  USER_AGENT,
+} from "../../../lib/k8s/transport.ts";
+import { reduceObject } from "../../../lib/k8s/reduce.ts";
+import type { KubeObject } from "../../../lib/k8s/store.ts";
 import { MAX_API_MESSAGE_BYTES, MessageTooLargeError } from "../../../lib/k8s/bounded_read.ts";
 import { ApiStats } from "../../../lib/k8s/stats.ts";
 import { recordStartingEvent, startingEvent } from "../../../lib/k8s/events.ts";
@@ -367,6 +377,169 @@ describe("ApiTransport body limits", () => {
         /larger than the limit of 1024 bytes/,
       );
       assert.equal(MAX_API_MESSAGE_BYTES, 64 * 1024 * 1024);
+    } finally {
+      t.close();
+      await fake.close();
+    }
+  });
+});
+
+describe("listAll decodes item by item", () => {
+  /** A Service as kubectl apply leaves it: most of its bytes are fields the proxy drops. */
+  const applied = (ns: string, i: number) => ({
+    metadata: {
+      name: `svc-${String(i).padStart(4, "0")}`,
+      namespace: ns,
+      annotations: {
+        "kubectl.kubernetes.io/last-applied-configuration": `{"kind":"Service","x":"${"y".repeat(200)}"}\n`,
+        keep: "me",
+      },
+      managedFields: [{ manager: "kubectl", operation: "Update", fieldsV1: { "f:spec": { "f:ports": {} } } }],
+    },
+    spec: { ports: [{ port: 80 + (i % 7), protocol: "TCP" }], clusterIP: `10.96.${i >> 8}.${i & 255}` },
+  });
+
+  for (const [what, count] of [["plain", 20], ["gzip", 800]] as const) {
+    it(
+      `maps every item as it is decoded (${what} body, one response and pages)`,
+      { timeout: 60_000 },
+      async () => {
+        const ns = `dec-${what}`;
+        for (let i = 0; i < count; i++) srv.create("services", applied(ns, i));
+        const want = srv.list("services").filter((o) => o.metadata?.namespace === ns).map((o) =>
+          reduceObject(o)
+        );
+        const t = await transportFor("token");
+        try {
+          for (const limit of [0, 7]) {
+            let calls = 0;
+            const n = srv.requests.length;
+            const got = await listAll<KubeObject>(t, {
+              path: `/api/v1/namespaces/${ns}/services`,
+              resource: "services",
+              resourceVersion: limit === 0 ? "0" : undefined,
+              limit,
+              item: (raw) => (calls++, reduceObject(raw as KubeObject)),
+            });
+            const sent = srv.requests.slice(n);
+            assert.equal(calls, count);
+            assert.equal(got.items.length, count);
+            assert.deepEqual(got.items, want);
+            assert.equal(got.resourceVersion, srv.resourceVersion());
+            assert.equal(got.pages, limit === 0 ? 1 : Math.ceil(count / limit));
+            assert.ok(!JSON.stringify(got.items).includes("managedFields"));
+            if (limit === 0) assert.equal(sent[0].gzip, what === "gzip", `the body was ${what}`);
+          }
+        } finally {
+          t.close();
+        }
+      },
+    );
+  }
+
+  it("keeps the Status errors: 410, Too large resource version, a server error's message", {
+    timeout: 30_000,
+  }, async () => {
+    const t = await transportFor("token");
+    try {
+      const rv = Number(srv.resourceVersion()) + 1000;
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services", resourceVersion: String(rv), limit: 0 }),
+        (e: unknown) =>
+          isTooLargeResourceVersion(e) && (e as Error).message.includes("Too large resource version"),
+      );
+      srv.faults.failNext(1, 410);
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services" }),
+        (e: unknown) => isExpired(e),
+      );
+      srv.faults.failNext(1, 500);
+      await assert.rejects(
+        listAll(t, { path: "/api/v1/services", resource: "services" }),
+        (e: unknown) => e instanceof ApiError && e.code === 500 && /injected fault/.test(e.message),
+      );
+      srv.faults.truncateNextList();
+      await assert.rejects(listAll(t, { path: "/api/v1/services", resource: "services" }), NetworkError);
+      assert.ok((await listAll(t, { path: "/api/v1/services", resource: "services" })).items.length > 0);
+    } finally {
+      t.close();
+    }
+  });
+
+  it("gives one clear line for bodies that are not JSON or not a List, and honours limits and aborts", {
+    timeout: 30_000,
+  }, async () => {
+    const head = '{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[';
+    const bodies: Record<string, string> = {
+      "/bad-item": `${head}{"metadata":{"name":"a"}},\n{"metadata":{"name":oops}}]}`,
+      "/garbage": `${head}{"metadata":{"name":"a"}}]} trailing`,
+      "/cut": `${head}{"metadata":{"name":"a"}},{"metadata":`,
+      "/status":
+        '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"m","code":410}',
+      "/string": '"ServiceList"',
+      "/null-items": '{"kind":"ServiceList","metadata":{"resourceVersion":"9"},"items":null}',
+    };
+    const fake = await fakeServer((req, res) => {
+      const path = req.url!.split("?")[0];
+      if (path === "/big" || path === "/stall") {
+        // chunked: a list that goes on (past the limit) or stops sending after its first item
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.write(`${head}{"metadata":{"name":"first"}},`);
+        if (path === "/big") {
+          for (let i = 0; i < 2000; i++) {
+            res.write(`{"metadata":{"name":"n-${i}","x":"${"z".repeat(1000)}"}},`);
+          }
+          res.end('{"metadata":{"name":"last"}}]}');
+        }
+        return;
+      }
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(bodies[path]);
+    });
+    const t = new ApiTransport({ config: cfg(fake.url), qps: -1 });
+    const list = (path: string, o: Partial<Parameters<typeof listAll>[1]> = {}) =>
+      listAll(t, { path, resource: "services", ...o });
+    const oneLine = (re: RegExp) => (e: unknown) =>
+      e instanceof ApiError && e.reason === "InvalidResponse" && re.test(e.message) &&
+      !e.message.includes("\n");
+    try {
+      await assert.rejects(
+        list("/bad-item"),
+        oneLine(
+          /^GET services \(list\): response is not JSON: items\[1\]: .*: \{"metadata":\{"name":oops\}\}$/,
+        ),
+      );
+      await assert.rejects(list("/garbage"), oneLine(/^GET services \(list\): response is not JSON: /));
+      await assert.rejects(
+        list("/cut"),
+        oneLine(
+          /^GET services \(list\): response is not JSON: the body ended inside the items array .*truncated/,
+        ),
+      );
+      await assert.rejects(
+        list("/status"),
+        oneLine(/^list services: response has no metadata\.resourceVersion$/),
+      );
+      await assert.rejects(list("/string"), oneLine(/^list services: response is not a list$/));
+      await assert.rejects(list("/null-items"), oneLine(/^list services: response is not a list$/));
+      await assert.rejects(
+        list("/big", { maxPageBytes: 1024 * 1024 }),
+        (e: unknown) =>
+          e instanceof MessageTooLargeError &&
+          e.message === "GET services (list): response body is larger than the limit of 1 MiB; dropped it",
+      );
+      const ctl = new AbortController();
+      const seen: string[] = [];
+      const pending = list("/stall", {
+        signal: ctl.signal,
+        item: (raw) => {
+          seen.push((raw as KubeObject).metadata!.name!);
+          setTimeout(() => ctl.abort(new Error("stop")), 10);
+          return raw;
+        },
+      });
+      await assert.rejects(pending, /stop/);
+      assert.deepEqual(seen, ["first"], "the item before the stall was decoded at once");
     } finally {
       t.close();
       await fake.close();
