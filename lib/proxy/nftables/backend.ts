@@ -24,7 +24,7 @@ import {
   NftIncrementalRenderer,
   type NftIncrementalWork,
 } from "./render/incremental.ts";
-import { type FirstSyncSplitOptions, splitNFTablesFullSync } from "./render/incremental_first_sync.ts";
+import { type FirstSyncSplitOptions, firstSyncTransactions } from "./render/incremental_first_sync.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
 export const STALE_CHAIN_DELAY_MS = 1000;
@@ -167,18 +167,26 @@ export class NftablesBackend implements Provider {
     const result = this.#renderer.sync(input, full ? null : state.changedServices);
     for (const w of result.warnings) o.log.warn(w);
     // A first sync into an empty or foreign table: bounded make-before-break transactions (sized by the
-    // service ports already in the table).
-    const parts = result.full && (listed === null || this.#firstSync) && !this.#boundedFailed
-      ? splitNFTablesFullSync(result.transaction, {
-        ...o.firstSyncSplit,
-        existingServicePorts: (listed?.chains ?? []).filter((c) =>
-          isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
-        ).length,
-      })
-      : [result.transaction];
+    // service ports already in the table), each made as it is applied.
+    const parts: Iterable<string> =
+      result.full && (listed === null || this.#firstSync) && !this.#boundedFailed
+        ? firstSyncTransactions(result.transaction, {
+          ...o.firstSyncSplit,
+          existingServicePorts: (listed?.chains ?? []).filter((c) =>
+            isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
+          ).length,
+        })
+        : [result.transaction];
     const foreignBefore = result.full ? await o.host.foreignCommits() : null;
+    let bytes = 0;
+    let bounded = false;
     try {
-      for (const part of parts) if (part !== "") await o.host.apply(part);
+      for (const part of parts) {
+        // Anything but the whole transaction is one of a bounded sequence.
+        bounded ||= part !== result.transaction;
+        bytes += part.length;
+        if (part !== "") await o.host.apply(part);
+      }
     } catch (e) {
       this.#verifiedAt = null;
       o.metrics.nftablesSyncFailuresTotal.inc({ ip_family: o.family });
@@ -186,7 +194,7 @@ export class NftablesBackend implements Provider {
       // and one transaction if the bounded sequence failed.
       this.#applied = false;
       this.#renderer.reset();
-      if (parts.length > 1) this.#boundedFailed = true;
+      if (bounded) this.#boundedFailed = true;
       throw e;
     }
 
@@ -213,7 +221,7 @@ export class NftablesBackend implements Provider {
     }
     return {
       kind: result.full ? "full" : "partial",
-      bytes: parts.reduce((n, p) => n + p.length, 0),
+      bytes,
       noLocalEndpoints: {
         internal: result.noLocalEndpointsInternal,
         external: result.noLocalEndpointsExternal,

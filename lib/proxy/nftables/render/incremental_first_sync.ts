@@ -51,31 +51,39 @@ function adaptiveChunk(written: number, budget: number): number {
   return Math.max(25, c);
 }
 
-/** The words a line starts with, as constants: a first sync's ~200k lines then allocate only their names. */
+/** The words a line starts with, as constants: a first sync's ~400k lines then allocate only their names. */
 const WORDS = ["add", "flush", "delete", "chain", "rule", "set", "map", "element", "table"];
 
-/** The word of `line` from `from` to `to`, as one of WORDS when it is one (no allocation), else a slice. */
-function wordAt(line: string, from: number, to: number): string {
-  for (const w of WORDS) if (w.length === to - from && line.startsWith(w, from)) return w;
-  return line.slice(from, to);
+/** The word of `text` from `from` to `to`, as one of WORDS when it is one (no allocation), else a slice. */
+function wordAt(text: string, from: number, to: number): string {
+  for (const w of WORDS) if (w.length === to - from && text.startsWith(w, from)) return w;
+  return text.slice(from, to);
 }
 
 /**
- * The object a line works on: "chain", "rule", "set", "map", "element", "table", with its name (the
- * fifth word). Cut with indexOf, not split, and the verb and kind as constants: a 5k-Service first sync
- * has ~200k lines, and per-line arrays and strings were a large share of its peak memory.
+ * The object the line `text[from, to)` works on: "chain", "rule", "set", "map", "element", "table", with
+ * its name (the fifth word). Read in place with indexOf, the verb and kind as constants: the line itself
+ * is never cut out of the transaction (a 10k-Service first sync has ~400k lines, 41 MB).
  */
-function objectOf(line: string): { verb: string; kind: string; name: string } {
-  const a = line.indexOf(" ");
-  const b = a < 0 ? -1 : line.indexOf(" ", a + 1);
+function objectOf(text: string, from: number, to: number): { verb: string; kind: string; name: string } {
+  const space = (at: number) => {
+    const i = at < 0 ? -1 : text.indexOf(" ", at);
+    return i < 0 || i >= to ? -1 : i;
+  };
+  const a = space(from);
+  const b = a < 0 ? -1 : space(a + 1);
   if (b < 0) {
-    return { verb: a < 0 ? line : wordAt(line, 0, a), kind: a < 0 ? "" : line.slice(a + 1), name: "" };
+    return {
+      verb: a < 0 ? text.slice(from, to) : wordAt(text, from, a),
+      kind: a < 0 ? "" : text.slice(a + 1, to),
+      name: "",
+    };
   }
-  const c = line.indexOf(" ", b + 1);
-  const d = c < 0 ? -1 : line.indexOf(" ", c + 1);
-  const e = d < 0 ? -1 : line.indexOf(" ", d + 1);
-  const name = d < 0 ? "" : line.slice(d + 1, e < 0 ? line.length : e);
-  return { verb: wordAt(line, 0, a), kind: wordAt(line, a + 1, b), name };
+  const c = space(b + 1);
+  const d = c < 0 ? -1 : space(c + 1);
+  const e = d < 0 ? -1 : space(d + 1);
+  const name = d < 0 ? "" : text.slice(d + 1, e < 0 ? to : e);
+  return { verb: wordAt(text, from, a), kind: wordAt(text, a + 1, b), name };
 }
 
 /** True for a line on a per-service chain or an affinity set (not an element, not a stale flush). */
@@ -88,58 +96,92 @@ function isServiceLine(verb: string, kind: string, name: string): boolean {
 /**
  * Splits a full sync's transaction (renderNFTablesSync with partial null) into a prelude, chunks of
  * whole service ports and a final switch-over transaction; returns [transaction] unchanged when it
- * has no more service ports than its first chunk would hold.
+ * has no more service ports than its first chunk would hold. (All at once: {@link firstSyncTransactions}
+ * gives the same transactions one at a time.)
  */
 export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitOptions = {}): string[] {
+  return [...firstSyncTransactions(transaction, opts)];
+}
+
+/**
+ * The transactions of {@link splitNFTablesFullSync}, made one at a time as they are applied: at 10k
+ * Services the whole sequence is another 41 MB of text beside the transaction, and its lines as strings
+ * more, all held for the ~40 s the kernel takes. Only the line offsets of the service ports' lines are
+ * kept between transactions.
+ */
+export function* firstSyncTransactions(
+  transaction: string,
+  opts: FirstSyncSplitOptions = {},
+): Generator<string, void, undefined> {
   const fixed = opts.servicePortsPerTransaction === undefined
     ? null
     : Math.max(1, opts.servicePortsPerTransaction);
-  const lines = transaction.split("\n");
-  if (lines[lines.length - 1] === "") lines.pop();
-  const prelude: string[] = [];
-  const groups: string[][] = [];
-  const rest: string[] = [];
+  const end = transaction.endsWith("\n") ? transaction.length - 1 : transaction.length;
   // (Stale chains are only flushed, after every service port's "add" lines: search from the end.)
-  let lastServiceLine = -1;
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const o = objectOf(lines[i]);
+  let lastServiceLineEnd = -1;
+  for (let to = end; to > 0;) {
+    const from = transaction.lastIndexOf("\n", to - 1) + 1;
+    const o = objectOf(transaction, from, to);
     if (o.verb === "add" && isServiceLine(o.verb, o.kind, o.name)) {
-      lastServiceLine = i;
+      lastServiceLineEnd = to;
       break;
     }
+    if (from === 0) break;
+    to = from - 1;
   }
+  const prelude: string[] = [];
+  const rest: string[] = [];
+  // The service ports' lines as [start, end) offsets; a group (one service port) begins at groupStart[g].
+  const lineFrom: number[] = [];
+  const lineTo: number[] = [];
+  const groupStart: number[] = [];
   let prevWasChainDecl = false;
-  lines.forEach((line, i) => {
-    if (line === "") return;
-    const o = objectOf(line);
-    if (o.kind === "table" && o.verb === "add") prelude.push(line);
-    // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
-    if (o.kind === "chain" && o.verb === "add" && !isServiceChainName(o.name) && !BASE_CHAINS.has(o.name)) {
-      prelude.push(line);
+  for (let from = 0; from <= end;) {
+    let to = transaction.indexOf("\n", from);
+    if (to < 0 || to > end) to = end;
+    if (to > from) {
+      const o = objectOf(transaction, from, to);
+      const line = () => transaction.slice(from, to);
+      if (o.kind === "table" && o.verb === "add") prelude.push(line());
+      // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
+      if (o.kind === "chain" && o.verb === "add" && !isServiceChainName(o.name) && !BASE_CHAINS.has(o.name)) {
+        prelude.push(line());
+      }
+      // Stale flushes come after the last service port's lines: they stay with the switch-over.
+      if (to <= lastServiceLineEnd && isServiceLine(o.verb, o.kind, o.name)) {
+        const chainDecl = o.kind === "chain";
+        // A service port starts with its chain declarations; its rules follow them.
+        if (groupStart.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) {
+          groupStart.push(lineFrom.length);
+        }
+        lineFrom.push(from);
+        lineTo.push(to);
+        prevWasChainDecl = chainDecl;
+      } else {
+        rest.push(line());
+      }
     }
-    // Stale flushes come after the last service port's lines: they stay with the switch-over.
-    if (i <= lastServiceLine && isServiceLine(o.verb, o.kind, o.name)) {
-      const chainDecl = o.kind === "chain";
-      // A service port starts with its chain declarations; its rules follow them.
-      if (groups.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) groups.push([]);
-      groups[groups.length - 1].push(line);
-      prevWasChainDecl = chainDecl;
-      return;
-    }
-    rest.push(line);
-  });
+    from = to + 1;
+  }
   const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
   const existing = opts.existingServicePorts ?? 0;
   const chunkAt = (written: number) => fixed ?? adaptiveChunk(existing + written, budget);
-  if (groups.length <= chunkAt(0)) return [transaction];
-  const out = [prelude.join("\n") + "\n"];
-  for (let i = 0; i < groups.length;) {
-    const n = chunkAt(i);
-    out.push(groups.slice(i, i + n).flat().join("\n") + "\n");
-    i += n;
+  const groups = groupStart.length;
+  if (groups <= chunkAt(0)) {
+    yield transaction;
+    return;
   }
-  out.push(mergeElements(rest).join("\n") + "\n");
-  return out;
+  yield prelude.join("\n") + "\n";
+  for (let g = 0; g < groups;) {
+    const next = Math.min(groups, g + chunkAt(g));
+    const first = groupStart[g];
+    const last = next < groups ? groupStart[next] : lineFrom.length;
+    const lines: string[] = [];
+    for (let i = first; i < last; i++) lines.push(transaction.slice(lineFrom[i], lineTo[i]));
+    yield lines.join("\n") + "\n";
+    g = next;
+  }
+  yield mergeElements(rest).join("\n") + "\n";
 }
 
 /** Elements per merged `add element` command. */

@@ -39,6 +39,8 @@ class FakeHost implements NftablesHost {
   lists = 0;
   driftReads = 0;
   failNext = false;
+  /** Set: the transaction after this many more succeeded fails (a bounded sequence failing mid-way). */
+  failAfter: number | null = null;
   /** The kernel's generation id: moved by every commit, ours (apply) or foreign ({@link foreign}). */
   generation = 1;
   /** Set: transactions go through a tracker of the generation id, as the real host's do. */
@@ -50,6 +52,10 @@ class FakeHost implements NftablesHost {
     return this.tracker === null ? this.#apply(tx) : this.tracker.commit(() => this.#apply(tx));
   }
   #apply(tx: string): Promise<void> {
+    if (this.failAfter !== null && this.failAfter-- === 0) {
+      this.failAfter = null;
+      this.failNext = true;
+    }
     if (this.failNext) {
       this.failNext = false;
       return Promise.reject(new Error("nft -f -: exit status 1: Error: injected"));
@@ -431,6 +437,24 @@ describe("NftablesBackend", () => {
     advance(1100);
     await backend.sync(s2, { full: false });
     assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s2));
+  });
+
+  it("a bounded first sync failing mid-way: the transactions before stay, the next sync is one full transaction", async () => {
+    const { host, backend } = setup({ servicePortsPerTransaction: 1 });
+    const s = state([
+      [svcA, [makeEndpoint("10.180.0.1", 80)]],
+      [svcB, [makeEndpoint("10.180.0.2", 80)]],
+    ]);
+    host.failAfter = 2; // the prelude and the first service port's chunk, then a failure
+    await assert.rejects(backend.sync(s, { full: false }), /injected/);
+    assert.equal(host.applied.length, 2);
+    assert.match(host.applied[0], /^add table ip kube-proxy/);
+    assert.match(host.applied[1], /^add chain ip kube-proxy endpoint-\S+ns1\/svc1\//);
+    const next = await backend.sync(s, { full: false });
+    assert.equal(next.kind, "full");
+    assert.equal(host.applied.length, 3, "one transaction");
+    assert.equal(next.bytes, host.applied[2].length);
+    assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s));
   });
 
   it("--dry-run prints the transaction", async () => {
