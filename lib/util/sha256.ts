@@ -91,18 +91,23 @@ const encoder = new TextEncoder();
 
 /** Writes `input` as UTF-8 into `message` (growing it as needed); returns the byte length. */
 function encode(input: string): number {
+  return encodeAt(input, 0);
+}
+
+/** Appends the UTF-8 encoding of `input` to `message` at byte `at`; returns the new length. */
+function encodeAt(input: string, at: number): number {
   let n = 0;
   for (; n < input.length; n++) {
     const c = input.charCodeAt(n);
     if (c >= 0x80) break;
-    if (n + 72 > message.length) message = grow(message, n + 72);
-    message[n] = c;
+    if (at + n + 72 > message.length) message = grow(message, at + n + 72);
+    message[at + n] = c;
   }
-  if (n === input.length) return n;
+  if (n === input.length) return at + n;
   // Non-ASCII: at most 3 UTF-8 bytes per UTF-16 unit, plus room for the padding.
-  const need = n + 3 * (input.length - n) + 72;
+  const need = at + n + 3 * (input.length - n) + 72;
   if (need > message.length) message = grow(message, need);
-  return n + encoder.encodeInto(input.slice(n), message.subarray(n)).written;
+  return at + n + encoder.encodeInto(input.slice(n), message.subarray(at + n)).written;
 }
 
 function grow(buf: Uint8Array, min: number): Uint8Array {
@@ -205,4 +210,30 @@ export function sha256Base32Prefix16(input: string): string {
     B32[(z >>> 5) & 31],
     B32[z & 31],
   );
+}
+
+/**
+ * sha256Base32Prefix16(a + b + c) as 16 character codes written into `out` at `at`, without making the
+ * joined input or the result string: a full sync hashes every endpoint (~65k at 10k Services) and keeps
+ * only each service port's hashes side by side.
+ */
+export function sha256Base32Prefix16Into(a: string, b: string, c: string, out: Uint8Array, at: number): void {
+  digest(encodeAt(c, encodeAt(b, encodeAt(a, 0))));
+  const x = H[0], y = H[1], z = H[2] >>> 16;
+  out[at] = B32[x >>> 27];
+  out[at + 1] = B32[(x >>> 22) & 31];
+  out[at + 2] = B32[(x >>> 17) & 31];
+  out[at + 3] = B32[(x >>> 12) & 31];
+  out[at + 4] = B32[(x >>> 7) & 31];
+  out[at + 5] = B32[(x >>> 2) & 31];
+  out[at + 6] = B32[((x & 3) << 3) | (y >>> 29)];
+  out[at + 7] = B32[(y >>> 24) & 31];
+  out[at + 8] = B32[(y >>> 19) & 31];
+  out[at + 9] = B32[(y >>> 14) & 31];
+  out[at + 10] = B32[(y >>> 9) & 31];
+  out[at + 11] = B32[(y >>> 4) & 31];
+  out[at + 12] = B32[((y & 15) << 1) | (z >>> 15)];
+  out[at + 13] = B32[(z >>> 10) & 31];
+  out[at + 14] = B32[(z >>> 5) & 31];
+  out[at + 15] = B32[z & 31];
 }

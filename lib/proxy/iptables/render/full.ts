@@ -5,7 +5,7 @@
  */
 import { KUBE_FIREWALL, KUBE_FORWARD } from "../chain_names.ts";
 import { SHARED_CHAIN_TABLE } from "./shared_chains.ts";
-import { type RenderState, type ServicePortFacts, TotalsBuilder } from "./state.ts";
+import { compactFacts, type RenderState, type ServicePortFacts, TotalsBuilder } from "./state.ts";
 import { SharedChainPositions } from "./positions.ts";
 import { ActiveNatChains, staleChainsByScan } from "./active_chains.ts";
 import { concatChunks, PayloadWriter } from "./payload.ts";
@@ -64,7 +64,7 @@ export function renderAll(
     segRules = own.rules.count;
   };
 
-  const facts: ServicePortFacts[] = new Array(keys.length);
+  let facts: ServicePortFacts[] = new Array(keys.length);
   const totals = new TotalsBuilder();
   const prevKeys = reusable?.keys ?? [];
   let pi = 0;
@@ -93,6 +93,8 @@ export function renderAll(
     }
   }
   cutSegment();
+  // The state outlives this render's garbage: its facts go in blocks of their own (compactFacts).
+  facts = compactFacts(facts);
   for (const f of setup.fixedChains) if (f.chain === KUBE_FORWARD) filterRules.lines(f.rules);
 
   const staleChains = staleChainsByScan(input.existingNatChains, facts);

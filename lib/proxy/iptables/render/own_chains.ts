@@ -13,6 +13,9 @@ import { HASH_LENGTH, OWN_CHAIN_RULES_LENGTH, OwnChain, OwnChainRules, SEP_CHAIN
 import type { PayloadWriter } from "./payload.ts";
 import type { Context } from "./context.ts";
 
+/** " -j KUBE-MARK-MASQ", the end of every masquerade rule. */
+const MASQ_TARGET = ` -j ${KUBE_MARK_MASQ}`;
+
 /** Where a written service port's own chains go. */
 export interface OwnChainsOut {
   readonly decls: PayloadWriter;
@@ -32,23 +35,47 @@ export interface OwnChainsPlan {
   readonly seps: string;
 }
 
-/** KUBE-SEP chain names of `subset` (a subset of plan.reachable). */
+/**
+ * KUBE-SEP chain names of `subset` (a subset of plan.reachable), or null when `subset` is plan.reachable
+ * itself: its names are then written from plan.seps (putSepChain) without making a string per chain.
+ */
 function endpointChainNames(
   plan: OwnChainsPlan,
   subset: readonly EndpointInfo[],
   spn: string,
   protocol: string,
-): string[] {
-  const all: string[] = [];
-  for (let i = 0; i < plan.seps.length; i += HASH_LENGTH) {
-    all.push(SEP_PREFIX + plan.seps.slice(i, i + HASH_LENGTH));
-  }
-  if (subset === plan.reachable) return all;
+): string[] | null {
+  if (subset === plan.reachable) return null;
   const byEndpoint = new Map<string, string>();
-  plan.reachable.forEach((ep, i) => byEndpoint.set(ep.endpoint, all[i]));
+  plan.reachable.forEach((ep, i) => {
+    byEndpoint.set(ep.endpoint, SEP_PREFIX + plan.seps.slice(i * HASH_LENGTH, (i + 1) * HASH_LENGTH));
+  });
   return subset.map((ep) =>
     byEndpoint.get(ep.endpoint) ?? SEP_PREFIX + endpointHash(spn, protocol, ep.endpoint)
   );
+}
+
+/** Writes a chain's declaration, `:<chain> - [0:0]`. */
+function declare(decls: PayloadWriter, chain: string): void {
+  decls.put(":");
+  decls.put(chain);
+  decls.put(" - [0:0]");
+  decls.end();
+}
+
+/** Writes the KUBE-SEP chain name of endpoint `i`: names[i], or its hash in plan.seps when names is null. */
+function putSepChain(
+  w: PayloadWriter,
+  plan: OwnChainsPlan,
+  names: readonly string[] | null,
+  i: number,
+): void {
+  if (names !== null) {
+    w.put(names[i]);
+    return;
+  }
+  w.put(SEP_PREFIX);
+  w.putRange(plan.seps, i * HASH_LENGTH, (i + 1) * HASH_LENGTH);
 }
 
 /** Writes a service port's own chains; returns the number of rules written. */
@@ -71,18 +98,30 @@ export function writeOwnChains(
   const externalTrafficChain = names.external;
   const fwChain = names.firewall;
 
-  if (plan.hasInternalEndpoints) {
-    const args = `-m comment --comment "${spn} cluster IP" ${mp} -d ${svc.clusterIP} --dport ${svc.port}`;
-    if (ctx.masqueradeAll) {
-      rules.line(`-A ${internalTrafficChain} ${args} -j ${KUBE_MARK_MASQ}`);
-    } else if (ctx.detector.implemented) {
-      // Masquerade off-cluster traffic to the service VIP (it may be bridged in via a static route).
-      rules.line(`-A ${internalTrafficChain} ${args} ${ctx.ifNotLocal} -j ${KUBE_MARK_MASQ}`);
+  if (plan.hasInternalEndpoints && (ctx.masqueradeAll || ctx.detector.implemented)) {
+    // `-A chain -m comment --comment "<spn> cluster IP" <mp> -d <ip> --dport <port>[ <not local>] -j MASQ`
+    rules.put("-A ");
+    rules.put(internalTrafficChain);
+    rules.put(' -m comment --comment "');
+    rules.put(spn);
+    rules.put(' cluster IP" ');
+    rules.put(mp);
+    rules.put(" -d ");
+    rules.put(svc.clusterIP);
+    rules.put(" --dport ");
+    rules.put(String(svc.port));
+    // Unless masquerading all: masquerade off-cluster traffic to the service VIP (it may be bridged in
+    // via a static route).
+    if (!ctx.masqueradeAll) {
+      rules.put(" ");
+      rules.put(ctx.ifNotLocal);
     }
+    rules.put(MASQ_TARGET);
+    rules.end();
   }
 
   if ((plan.ownChains & OwnChain.External) !== 0) {
-    decls.line(`:${externalTrafficChain} - [0:0]`);
+    declare(decls, externalTrafficChain);
     if (!svc.externalPolicyLocal) {
       rules.line(
         `-A ${externalTrafficChain} -m comment --comment "masquerade traffic for ${spn} external destinations" -j ${KUBE_MARK_MASQ}`,
@@ -105,7 +144,7 @@ export function writeOwnChains(
   }
 
   if ((plan.ownChains & OwnChain.Firewall) !== 0) {
-    decls.line(`:${fwChain} - [0:0]`);
+    declare(decls, fwChain);
     const head = `-A ${fwChain} -m comment --comment "${spn} loadbalancer IP"`;
     let allowFromNode = false;
     for (const range of svc.loadBalancerSourceRanges) {
@@ -125,7 +164,7 @@ export function writeOwnChains(
 
   const affinitySeconds = svc.stickyMaxAgeSeconds;
   if ((plan.ownChains & OwnChain.ClusterPolicy) !== 0) {
-    decls.line(`:${clusterPolicyChain} - [0:0]`);
+    declare(decls, clusterPolicyChain);
     writeServiceToEndpointRules(
       ctx,
       rules,
@@ -133,11 +172,12 @@ export function writeOwnChains(
       affinitySeconds,
       clusterPolicyChain,
       plan.clusterEndpoints,
+      plan,
       endpointChainNames(plan, plan.clusterEndpoints, spn, protocol),
     );
   }
   if ((plan.ownChains & OwnChain.LocalPolicy) !== 0) {
-    decls.line(`:${localPolicyChain} - [0:0]`);
+    declare(decls, localPolicyChain);
     writeServiceToEndpointRules(
       ctx,
       rules,
@@ -145,21 +185,40 @@ export function writeOwnChains(
       affinitySeconds,
       localPolicyChain,
       plan.localEndpoints,
+      plan,
       endpointChainNames(plan, plan.localEndpoints, spn, protocol),
     );
   }
 
-  // Endpoint chains.
+  // Endpoint chains, written from plan.seps piece by piece (no string per line or chain name).
   const comment = ctx.largeClusterMode ? "" : ` -m comment --comment ${spn}`;
-  const epChains = endpointChainNames(plan, plan.reachable, spn, protocol);
+  const dnat = ` ${mp} -j DNAT --to-destination `;
   for (let i = 0; i < plan.reachable.length; i++) {
     const ep = plan.reachable[i];
-    const epChain = epChains[i];
-    decls.line(`:${epChain} - [0:0]`);
+    decls.put(":");
+    putSepChain(decls, plan, null, i);
+    decls.put(" - [0:0]");
+    decls.end();
     // Hairpin: an endpoint reaching itself through the service must be masqueraded.
-    rules.line(`-A ${epChain}${comment} -s ${ep.ip} -j ${KUBE_MARK_MASQ}`);
-    const recent = affinitySeconds > 0 ? ` -m recent --name ${epChain} --set` : "";
-    rules.line(`-A ${epChain}${comment}${recent} ${mp} -j DNAT --to-destination ${ep.endpoint}`);
+    rules.put("-A ");
+    putSepChain(rules, plan, null, i);
+    rules.put(comment);
+    rules.put(" -s ");
+    rules.put(ep.ip);
+    rules.put(MASQ_TARGET);
+    rules.end();
+    // `-A <sep><comment>[ -m recent --name <sep> --set] <mp> -j DNAT --to-destination <endpoint>`
+    rules.put("-A ");
+    putSepChain(rules, plan, null, i);
+    rules.put(comment);
+    if (affinitySeconds > 0) {
+      rules.put(" -m recent --name ");
+      putSepChain(rules, plan, null, i);
+      rules.put(" --set");
+    }
+    rules.put(dnat);
+    rules.put(ep.endpoint);
+    rules.end();
   }
   return rules.count - before;
 }
@@ -205,7 +264,10 @@ export function countOwnChains(chainRules: readonly number[], plan: OwnChainsPla
   return n;
 }
 
-/** Upstream writeServiceToEndpointRules: affinity checks first, then the probability cascade. */
+/**
+ * Upstream writeServiceToEndpointRules: affinity checks first, then the probability cascade. `epChains`
+ * names the endpoints' KUBE-SEP chains (null: `endpoints` is plan.reachable, named by plan.seps).
+ */
 function writeServiceToEndpointRules(
   ctx: Context,
   rules: PayloadWriter,
@@ -213,23 +275,41 @@ function writeServiceToEndpointRules(
   affinitySeconds: number,
   svcChain: string,
   endpoints: readonly EndpointInfo[],
-  epChains: readonly string[],
+  plan: OwnChainsPlan,
+  epChains: readonly string[] | null,
 ): void {
-  const comment = (
-    ep: EndpointInfo,
-  ) => (ctx.largeClusterMode ? "" : ` -m comment --comment "${spn} -> ${ep.endpoint}"`);
+  // `-A <svc>[ -m comment --comment "<spn> -> <endpoint>"]`
+  const head = (ep: EndpointInfo) => {
+    rules.put("-A ");
+    rules.put(svcChain);
+    if (!ctx.largeClusterMode) {
+      rules.put(' -m comment --comment "');
+      rules.put(spn);
+      rules.put(" -> ");
+      rules.put(ep.endpoint);
+      rules.put('"');
+    }
+  };
   if (affinitySeconds > 0) {
+    const seconds = ` --rcheck --seconds ${affinitySeconds} --reap -j `;
     for (let i = 0; i < endpoints.length; i++) {
-      rules.line(
-        `-A ${svcChain}${comment(endpoints[i])} -m recent --name ${
-          epChains[i]
-        } --rcheck --seconds ${affinitySeconds} --reap -j ${epChains[i]}`,
-      );
+      head(endpoints[i]);
+      rules.put(" -m recent --name ");
+      putSepChain(rules, plan, epChains, i);
+      rules.put(seconds);
+      putSepChain(rules, plan, epChains, i);
+      rules.end();
     }
   }
   const n = endpoints.length;
   for (let i = 0; i < n; i++) {
-    const stat = i < n - 1 ? ` -m statistic --mode random --probability ${probability(n - i)}` : "";
-    rules.line(`-A ${svcChain}${comment(endpoints[i])}${stat} -j ${epChains[i]}`);
+    head(endpoints[i]);
+    if (i < n - 1) {
+      rules.put(" -m statistic --mode random --probability ");
+      rules.put(probability(n - i));
+    }
+    rules.put(" -j ");
+    putSepChain(rules, plan, epChains, i);
+    rules.end();
   }
 }

@@ -43,7 +43,7 @@ export interface RenderResult {
    * payloadChunks joined on first read (which then drops the chunks).
    */
   readonly payload: string;
-  /** The payload as flat chunks of whole lines (~40 KB each); their concatenation is `payload`. */
+  /** The payload as flat chunks of whole lines (~10-64 KB each); their concatenation is `payload`. */
   readonly payloadChunks: readonly string[];
   /**
    * Full and upstream-partial renders: the same chunks split into the per-service chains (grouped by

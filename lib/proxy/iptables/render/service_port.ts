@@ -8,7 +8,7 @@ import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { externallyAccessible, servicePortNameString } from "../../types.ts";
 import { namespacedName } from "../../../k8s/objects.ts";
 import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from "../../topology.ts";
-import { chainsForHash, endpointHash, portProtoHash } from "../chain_names.ts";
+import { chainsForHash, endpointHashes, portProtoHash } from "../chain_names.ts";
 import { checkEndpoint, checkServicePort } from "./validate.ts";
 import { SHARED_CHAIN_COUNT, SharedRuleFlags, writeSharedRules } from "./shared_chains.ts";
 import { NoLocal, OWN_CHAIN_RULES_LENGTH, OwnChain, type ServicePortFacts } from "./state.ts";
@@ -155,10 +155,8 @@ export function processServicePort(
   const reachable = cat.allReachableEndpoints;
   let seps = reuse?.seps;
   if (seps === undefined) {
-    const hashes: string[] = [];
-    for (const ep of reachable) hashes.push(endpointHash(spn, protocol, ep.endpoint));
-    ctx.work.hashes += hashes.length;
-    seps = hashes.join("");
+    seps = endpointHashes(spn, protocol, reachable);
+    ctx.work.hashes += reachable.length;
   }
   const ownChains = (usesExternalTrafficChain ? OwnChain.External : 0) |
     (usesFWChain ? OwnChain.Firewall : 0) |

@@ -18,6 +18,7 @@ import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../types.ts";
 import { EXT_PREFIX, FW_PREFIX, SEP_PREFIX, SVC_PREFIX, SVL_PREFIX } from "../chain_names.ts";
 import { SHARED_CHAIN_COUNT } from "./shared_chains.ts";
 import type { SharedChainPositions } from "./positions.ts";
+import { freshString } from "../../../runtime/fresh_string.ts";
 
 /** The rules of one fixed (not per-service) chain as last written. */
 export interface FixedChainRules {
@@ -72,6 +73,35 @@ export interface ServicePortFacts {
   readonly chainRules: readonly number[];
   /** Rules it writes into each shared chain (index: SharedChain). */
   readonly shared: readonly number[];
+}
+
+/**
+ * Copies of `facts` (new objects, their hash strings copied too) made in one go, for a render that made
+ * them among its garbage. JavaScriptCore never moves objects: facts and hash strings allocated between a
+ * full render's temporaries would each keep a mostly-empty heap block alive for as long as the state
+ * lives (lib/runtime/fresh_string.ts); copied after the render, they share a few blocks of their own and
+ * the originals die with the garbage.
+ */
+export function compactFacts(facts: readonly ServicePortFacts[]): ServicePortFacts[] {
+  const out = new Array<ServicePortFacts>(facts.length);
+  for (let i = 0; i < facts.length; i++) {
+    const f = facts[i];
+    out[i] = {
+      svc: f.svc,
+      endpoints: f.endpoints,
+      problem: f.problem === null ? null : freshString(f.problem),
+      flags: f.flags,
+      ownChains: f.ownChains,
+      noLocal: f.noLocal,
+      hash: freshString(f.hash),
+      seps: freshString(f.seps),
+      endpointCount: f.endpointCount,
+      ownRules: f.ownRules,
+      chainRules: f.chainRules,
+      shared: f.shared,
+    };
+  }
+  return out;
 }
 
 /** Sums over every service port's facts. */

@@ -2,6 +2,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   base32Encode,
+  endpointHash,
+  endpointHashes,
   isServiceChainName,
   portProtoHash,
   serviceExternalChain,
@@ -73,6 +75,27 @@ test("protocol and bracketed IPv6 endpoints enter the hash (values from Python's
   // Cached values stay the same.
   assert.equal(servicePortPolicyClusterChain("ns1/svc1", "udp"), "KUBE-SVC-A2PEVXD55OHK2IVW");
   assert.notEqual(portProtoHash("ns1/svc1", "udp"), portProtoHash("ns1/svc1", "tcp"));
+});
+
+test("endpointHashes is endpointHash of each endpoint, side by side, whatever the input's length", () => {
+  const eps = ["10.0.0.1:80", "[fd00:10:180::1]:80", "10.0.0.2:8080"].map((endpoint) => ({ endpoint }));
+  for (const spn of ["ns1/svc1:p80", "n".repeat(70) + "/s:p", "ns/ünïcode:p"]) {
+    assert.equal(
+      endpointHashes(spn, "tcp", eps),
+      eps.map((e) => endpointHash(spn, "tcp", e.endpoint)).join(""),
+    );
+  }
+  assert.equal(endpointHashes("ns1/svc1:p80", "tcp", []), "");
+  // More endpoints than the scratch buffer first holds.
+  const many = Array.from({ length: 200 }, (_, i) => ({ endpoint: `10.1.${i >> 8}.${i & 255}:80` }));
+  assert.equal(
+    endpointHashes("ns/a:b", "udp", many),
+    many.map((e) => endpointHash("ns/a:b", "udp", e.endpoint)).join(""),
+  );
+  assert.equal(
+    endpointHashes("ns1/svc1:p80", "tcp", [{ endpoint: "[fd00:10:180::1]:80" }]),
+    "OGYCNMB4EMRUSJ6N",
+  );
 });
 
 test("chain names fit iptables' 28-character limit", () => {
