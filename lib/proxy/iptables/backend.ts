@@ -12,16 +12,7 @@ import type { LocalDetection } from "../local_detect.ts";
 import { type RenderFeatures, renderIptablesRules, type RenderState } from "./render/render.ts";
 import { iptablesLocalDetector, type LocalTrafficDetector } from "./local_detector.ts";
 import type { SectionedPayload } from "./restore_content.ts";
-import { releaseMemory } from "../../runtime/memory.ts";
-
-/**
- * Full syncs over at least this many service ports collect the heap before rendering, while iptables-save
- * lists the nat chains. What the lists and the model build left behind is then freed and the render reuses
- * it instead of adding to it: a full render at 10k Services allocates too little to trigger a collection
- * of its own, so without this the first sync's peak RSS held that garbage and the payload together
- * (bench/rss_probe.ts at 10k: median peak 295 MiB without, 280 with; the collection takes 50-150 ms).
- */
-const COLLECT_BEFORE_FULL_RENDER = 2000;
+import { COLLECT_BEFORE_FULL_RENDER, releaseMemory } from "../../runtime/memory.ts";
 
 /** The host side of one family (real iptables in the agent, a fake in tests, a printer in --dry-run). */
 export interface IptablesHost {

@@ -25,6 +25,7 @@ import {
   type NftIncrementalWork,
 } from "./render/incremental.ts";
 import { type FirstSyncSplitOptions, firstSyncTransactions } from "./render/incremental_first_sync.ts";
+import { COLLECT_BEFORE_FULL_RENDER, releaseMemory } from "../../runtime/memory.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
 export const STALE_CHAIN_DELAY_MS = 1000;
@@ -161,7 +162,10 @@ export class NftablesBackend implements Provider {
     let listed: NftTableObjects | null = null;
     if (full) {
       // A full sync also repairs drift: take the names from the kernel, not from memory.
-      listed = await o.host.listObjects();
+      const listing = o.host.listObjects();
+      // While the table is listed (COLLECT_BEFORE_FULL_RENDER).
+      if (state.services.size >= COLLECT_BEFORE_FULL_RENDER) releaseMemory();
+      listed = await listing;
       input = { ...input, existingChains: listed?.chains ?? null, existingSets: listed?.sets ?? null };
     }
     const result = this.#renderer.sync(input, full ? null : state.changedServices);
