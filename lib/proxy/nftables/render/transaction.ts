@@ -32,10 +32,17 @@ function quote(s: string): string {
   return JSON.stringify(s);
 }
 
+/** Commands joined into one string at a time (see NftTransaction's #push). */
+const LINES_PER_BLOCK = 4096;
+
 /** Collects the commands of one transaction on one table. */
 export class NftTransaction {
   readonly #prefix: string;
-  readonly #lines: string[] = [];
+  /** The latest commands, each a string (often a rope of its parts) until {@link LINES_PER_BLOCK}. */
+  #lines: string[] = [];
+  /** Earlier commands, LINES_PER_BLOCK at a time, joined (without the last newline). */
+  readonly #blocks: string[] = [];
+  #operations = 0;
 
   /** A transaction on table `table` of family `family`. */
   constructor(readonly family: NftFamily, readonly table: string) {
@@ -44,18 +51,32 @@ export class NftTransaction {
 
   /** Number of commands so far (knftables NumOperations). */
   get operations(): number {
-    return this.#lines.length;
+    return this.#operations;
+  }
+
+  /**
+   * Appends one command. Every LINES_PER_BLOCK commands are joined into one flat string at once: a full
+   * sync at 10k Services writes ~400k commands, and held one string (and rope) each until the end they
+   * cost more than the transaction's text.
+   */
+  #push(line: string): void {
+    this.#lines.push(line);
+    this.#operations++;
+    if (this.#lines.length === LINES_PER_BLOCK) {
+      this.#blocks.push(this.#lines.join("\n"));
+      this.#lines = [];
+    }
   }
 
   /** `add table` (with an optional comment). */
   addTable(comment?: string): void {
     const body = comment === undefined ? "" : ` { comment ${quote(comment)} ; }`;
-    this.#lines.push(`add table ${this.#prefix}${body}`);
+    this.#push(`add table ${this.#prefix}${body}`);
   }
 
   /** `delete table`. */
   deleteTable(): void {
-    this.#lines.push(`delete table ${this.#prefix}`);
+    this.#push(`delete table ${this.#prefix}`);
   }
 
   /** `add chain`: a regular chain, or a base chain when `base` is given. */
@@ -67,17 +88,17 @@ export class NftTransaction {
       if (comment !== undefined) body += ` comment ${quote(comment)} ;`;
       body += " }";
     }
-    this.#lines.push(`add chain ${this.#prefix} ${name}${body}`);
+    this.#push(`add chain ${this.#prefix} ${name}${body}`);
   }
 
   /** `flush chain`. */
   flushChain(name: string): void {
-    this.#lines.push(`flush chain ${this.#prefix} ${name}`);
+    this.#push(`flush chain ${this.#prefix} ${name}`);
   }
 
   /** `delete chain`. */
   deleteChain(name: string): void {
-    this.#lines.push(`delete chain ${this.#prefix} ${name}`);
+    this.#push(`delete chain ${this.#prefix} ${name}`);
   }
 
   #setBody(spec: SetSpec): string {
@@ -90,33 +111,33 @@ export class NftTransaction {
 
   /** `add set`. */
   addSet(name: string, spec: SetSpec): void {
-    this.#lines.push(`add set ${this.#prefix} ${name}${this.#setBody(spec)}`);
+    this.#push(`add set ${this.#prefix} ${name}${this.#setBody(spec)}`);
   }
 
   /** `flush set`. */
   flushSet(name: string): void {
-    this.#lines.push(`flush set ${this.#prefix} ${name}`);
+    this.#push(`flush set ${this.#prefix} ${name}`);
   }
 
   /** `delete set`. */
   deleteSet(name: string): void {
-    this.#lines.push(`delete set ${this.#prefix} ${name}`);
+    this.#push(`delete set ${this.#prefix} ${name}`);
   }
 
   /** `add map` (spec.type includes the " : <value type>" part). */
   addMap(name: string, spec: SetSpec): void {
-    this.#lines.push(`add map ${this.#prefix} ${name}${this.#setBody(spec)}`);
+    this.#push(`add map ${this.#prefix} ${name}${this.#setBody(spec)}`);
   }
 
   /** `flush map`. */
   flushMap(name: string): void {
-    this.#lines.push(`flush map ${this.#prefix} ${name}`);
+    this.#push(`flush map ${this.#prefix} ${name}`);
   }
 
   /** `add rule <chain> <rule> [comment "..."]`. */
   addRule(chain: string, rule: string, comment?: string): void {
     const c = comment === undefined ? "" : ` comment ${quote(comment)}`;
-    this.#lines.push(`add rule ${this.#prefix} ${chain} ${rule}${c}`);
+    this.#push(`add rule ${this.#prefix} ${chain} ${rule}${c}`);
   }
 
   /** `add element` to a set (no value) or a map (value given); key parts joined with " . ". */
@@ -128,21 +149,23 @@ export class NftTransaction {
   ): void {
     const c = comment === undefined ? "" : ` comment ${quote(comment)}`;
     const v = value === undefined || value.length === 0 ? "" : ` : ${value.join(" . ")}`;
-    this.#lines.push(`add element ${this.#prefix} ${setOrMap} { ${key.join(" . ")}${c}${v} }`);
+    this.#push(`add element ${this.#prefix} ${setOrMap} { ${key.join(" . ")}${c}${v} }`);
   }
 
   /** `delete element` (by key only). */
   deleteElement(setOrMap: string, key: readonly string[]): void {
-    this.#lines.push(`delete element ${this.#prefix} ${setOrMap} { ${key.join(" . ")} }`);
+    this.#push(`delete element ${this.#prefix} ${setOrMap} { ${key.join(" . ")} }`);
   }
 
   /** The commands, one per line, each ending in "\n" ("" when empty). */
   toString(): string {
-    return this.#lines.length === 0 ? "" : this.#lines.join("\n") + "\n";
+    if (this.#operations === 0) return "";
+    const blocks = this.#lines.length === 0 ? this.#blocks : [...this.#blocks, this.#lines.join("\n")];
+    return blocks.join("\n") + "\n";
   }
 
   /** The commands as lines (a copy). */
   lines(): string[] {
-    return [...this.#lines];
+    return [...this.#blocks.flatMap((b) => b.split("\n")), ...this.#lines];
   }
 }
