@@ -74,24 +74,46 @@ export interface EndpointSliceKeys {
 }
 
 /**
- * What the cache keeps of one slice: its ports and, per port (same index), the EndpointInfo of each of
- * its endpoints on that port, in slice order. A slice without ports keeps its endpoint fields instead,
- * so that a change to them is still a change (as upstream, which compares whole slice infos).
+ * What the cache keeps of one slice: its name, its ports and, per port (same index), the EndpointInfo
+ * of each of its endpoints on that port, sorted by "ip:port" (stably: duplicates keep their slice order,
+ * which the merge's tie-break depends on). Upstream sorts a slice's endpoints too, so a reordering alone
+ * is no change. A slice without ports keeps its endpoint fields instead, so that a change to them is
+ * still a change (as upstream, which compares whole slice infos).
  */
 interface SliceEntry {
+  readonly name: string;
   readonly ports: readonly EndpointSlicePort[];
   readonly byPort: readonly (readonly EndpointInfo[])[];
   readonly portless: readonly EndpointFields[] | null;
 }
 
+/**
+ * The slices of one Service. Nearly every Service has one slice and no pending change, so the applied
+ * slices are a sorted array (a Map costs ~250 bytes even for one entry) and `pending` exists only while
+ * something is pending. The endpoints of the applied slices are not kept here: the EndpointsMap holds
+ * them, and checkout recomputes them from the applied slices as upstream does.
+ */
 interface ServiceTracker {
   readonly namespace: string;
   readonly name: string;
-  readonly applied: Map<string, SliceEntry>;
-  /** null marks a pending removal. Only entries that differ from `applied` are kept. */
-  readonly pending: Map<string, SliceEntry | null>;
-  /** Endpoints computed from `applied` at the last checkout. */
-  appliedEndpoints: ServiceEndpoints;
+  /** Sorted by slice name. */
+  readonly applied: SliceEntry[];
+  /** null marks a pending removal. Only entries that differ from `applied` are kept; null when empty. */
+  pending: Map<string, SliceEntry | null> | null;
+}
+
+/** Index of the slice `name` in `applied`, or -(insertion point) - 1 when absent. */
+function sliceIndex(applied: readonly SliceEntry[], name: string): number {
+  let lo = 0;
+  let hi = applied.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const n = applied[mid].name;
+    if (n < name) lo = mid + 1;
+    else if (n > name) hi = mid - 1;
+    else return mid;
+  }
+  return -lo - 1;
 }
 
 /** Equal slice states (null = absent), compared by value without keeping a text copy per slice. */
@@ -303,7 +325,7 @@ export class EndpointSliceCache {
       return changed;
     }
     this.#sliceOwner.set(ownerKey, service);
-    const entry = this.#entryOf(endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn));
+    const entry = this.#entryOf(keys.sliceName, endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn));
     if (this.#setPending(service, keys.sliceName, entry, keys)) changed.push(service);
     return changed;
   }
@@ -311,7 +333,7 @@ export class EndpointSliceCache {
   /** Number of slices with a pending change. */
   pendingChanges(): number {
     let n = 0;
-    for (const s of this.#pendingServices) n += this.#trackers.get(s)?.pending.size ?? 0;
+    for (const s of this.#pendingServices) n += this.#trackers.get(s)?.pending?.size ?? 0;
     return n;
   }
 
@@ -329,15 +351,20 @@ export class EndpointSliceCache {
     for (const service of [...this.#pendingServices].sort()) {
       const t = this.#trackers.get(service);
       if (t === undefined) continue;
-      const previous = t.appliedEndpoints;
-      for (const [sliceName, entry] of t.pending) {
-        if (entry === null) t.applied.delete(sliceName);
-        else t.applied.set(sliceName, entry);
+      const previous = this.#endpointsOf(t);
+      for (const [sliceName, entry] of t.pending ?? []) {
+        const i = sliceIndex(t.applied, sliceName);
+        if (entry === null) {
+          if (i >= 0) t.applied.splice(i, 1);
+        } else if (i >= 0) {
+          t.applied[i] = entry;
+        } else {
+          t.applied.splice(-i - 1, 0, entry);
+        }
       }
-      t.pending.clear();
+      t.pending = null;
       const current = this.#endpointsOf(t);
-      t.appliedEndpoints = current;
-      if (t.applied.size === 0) this.#trackers.delete(service);
+      if (t.applied.length === 0) this.#trackers.delete(service);
       changes.push({ service, previous, current });
     }
     this.#pendingServices.clear();
@@ -354,45 +381,50 @@ export class EndpointSliceCache {
     let t = this.#trackers.get(service);
     if (t === undefined) {
       if (entry === null || keys === undefined) return false;
-      t = {
-        namespace: keys.namespace,
-        name: keys.serviceName,
-        applied: new Map(),
-        pending: new Map(),
-        appliedEndpoints: new Map(),
-      };
+      t = { namespace: keys.namespace, name: keys.serviceName, applied: [], pending: null };
       this.#trackers.set(service, t);
     }
-    const applied = t.applied.get(sliceName) ?? null;
-    const latest = t.pending.has(sliceName) ? t.pending.get(sliceName)! : applied;
+    const i = sliceIndex(t.applied, sliceName);
+    const applied = i >= 0 ? t.applied[i] : null;
+    const latest = t.pending?.has(sliceName) ? t.pending.get(sliceName)! : applied;
     if (sameEntry(latest, entry)) return false;
-    if (sameEntry(applied, entry)) t.pending.delete(sliceName);
-    else t.pending.set(sliceName, entry);
-    if (t.pending.size > 0) {
+    if (sameEntry(applied, entry)) t.pending?.delete(sliceName);
+    else (t.pending ??= new Map()).set(sliceName, entry);
+    if (t.pending !== null && t.pending.size > 0) {
       this.#pendingServices.add(service);
     } else {
+      t.pending = null;
       this.#pendingServices.delete(service);
-      if (t.applied.size === 0) this.#trackers.delete(service);
+      if (t.applied.length === 0) this.#trackers.delete(service);
     }
     return true;
   }
 
   /** The EndpointInfo of each (port, endpoint) pair of a slice; its fields are not kept beside them. */
-  #entryOf(data: EndpointSliceData): SliceEntry {
-    if (data.ports.length === 0) return { ports: data.ports, byPort: [], portless: data.endpoints };
+  #entryOf(name: string, data: EndpointSliceData): SliceEntry {
+    if (data.ports.length === 0) {
+      return { name, ports: data.ports, byPort: NO_ENDPOINTS, portless: data.endpoints };
+    }
     const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
     const byPort = data.ports.map((port) =>
-      data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i]))
+      data.endpoints.length === 0
+        ? NO_ENDPOINTS
+        : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints)
     );
-    return { ports: data.ports, byPort, portless: null };
+    return { name, ports: data.ports, byPort, portless: null };
   }
 
   /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
   #endpointsOf(t: ServiceTracker): ServiceEndpoints {
+    if (t.applied.length === 0) return new Map();
+    return t.applied.length === 1 ? this.#endpointsOfOne(t, t.applied[0]) : this.#endpointsOfMany(t);
+  }
+
+  /** The general merge, for any number of slices. */
+  #endpointsOfMany(t: ServiceTracker): ServiceEndpoints {
     const byPort = new Map<string, { name: ServicePortName; set: Map<string, EndpointInfo> }>();
     // Slice order is fixed (by name) so that ties below resolve the same way every time.
-    for (const sliceName of [...t.applied.keys()].sort()) {
-      const entry = t.applied.get(sliceName)!;
+    for (const entry of t.applied) {
       for (let p = 0; p < entry.ports.length; p++) {
         const port = entry.ports[p];
         const name: ServicePortName = {
@@ -422,4 +454,36 @@ export class EndpointSliceCache {
     }
     return out;
   }
+
+  /**
+   * The endpoints of a Service with one slice: each port's array is the slice's own (already sorted),
+   * shared rather than copied, unless it holds an "ip:port" twice, which the general merge resolves.
+   */
+  #endpointsOfOne(t: ServiceTracker, entry: SliceEntry): ServiceEndpoints {
+    const groups: Array<[string, ServicePortEndpoints]> = [];
+    for (let p = 0; p < entry.ports.length; p++) {
+      const endpoints = entry.byPort[p];
+      if (endpoints.length === 0) continue;
+      if (hasDuplicate(endpoints)) return this.#endpointsOfMany(t);
+      const port = entry.ports[p];
+      const name: ServicePortName = {
+        namespace: t.namespace,
+        name: t.name,
+        port: port.name,
+        protocol: port.protocol,
+      };
+      groups.push([servicePortKey(name), { name, endpoints }]);
+    }
+    groups.sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+    return new Map(groups);
+  }
+}
+
+/** The byPort of a slice without endpoints (shared: nothing to keep per slice). */
+const NO_ENDPOINTS: readonly never[] = Object.freeze([]);
+
+/** True when a sorted endpoint list holds the same "ip:port" twice (adjacent after sorting). */
+function hasDuplicate(sorted: readonly EndpointInfo[]): boolean {
+  for (let i = 1; i < sorted.length; i++) if (sorted[i].endpoint === sorted[i - 1].endpoint) return true;
+  return false;
 }
