@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../../lib/k8s/objects.ts";
 import { EndpointsChangeTracker, EndpointsMap } from "../../../lib/proxy/endpoints_change_tracker.ts";
 import { sameValue } from "../../../lib/proxy/endpoint_slice_cache.ts";
+import { plainEndpointInfo } from "../../../lib/proxy/endpoints.ts";
 import type { IPFamily } from "../../../lib/proxy/types.ts";
 import { servicePortKey } from "../../../lib/proxy/types.ts";
 
@@ -125,7 +126,8 @@ describe("EndpointsChangeTracker: conversion", () => {
       false,
     );
     em.apply(tracker);
-    assert.deepEqual(em.get(key("ns1", "svc1", "p")), [{
+    // Field by field: the cache packs the conditions (PackedEndpointInfo), readers see plain fields.
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map(plainEndpointInfo), [{
       ip: "10.0.0.1",
       port: 80,
       endpoint: "10.0.0.1:80",
