@@ -169,7 +169,6 @@ export interface UpdateEndpointsMapResult {
  * with at least one endpoint have an entry. Change it through apply() only.
  */
 export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
-
   /** Applies and clears the tracker's pending changes; returns what changed. */
   apply(tracker: EndpointsChangeTracker): UpdateEndpointsMapResult {
     const result: UpdateEndpointsMapResult = {

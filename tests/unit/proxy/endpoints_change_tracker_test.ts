@@ -1,9 +1,18 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../../lib/k8s/objects.ts";
-import { EndpointsChangeTracker, EndpointsMap } from "../../../lib/proxy/endpoints_change_tracker.ts";
+import {
+  EndpointsChangeTracker,
+  EndpointsMap,
+  parseServicePortKey,
+} from "../../../lib/proxy/endpoints_change_tracker.ts";
 import { sameValue } from "../../../lib/proxy/endpoint_slice_cache.ts";
-import { plainEndpointInfo } from "../../../lib/proxy/endpoints.ts";
+import {
+  endpointInfoEqual,
+  newEndpointInfo,
+  PackedEndpointInfo,
+  plainEndpointInfo,
+} from "../../../lib/proxy/endpoints.ts";
 import type { IPFamily } from "../../../lib/proxy/types.ts";
 import { servicePortKey } from "../../../lib/proxy/types.ts";
 
@@ -316,6 +325,55 @@ describe("EndpointsChangeTracker: merging slices", () => {
     }
   });
 
+  it("prefers the non-terminating endpoint when one slice lists the same IP twice, in either order", () => {
+    const terminating = {
+      addresses: ["10.0.0.1"],
+      nodeName: "old-node",
+      conditions: { ready: false, serving: false, terminating: true },
+    };
+    const fresh = { addresses: ["10.0.0.1"], nodeName: "new-node" };
+    for (const order of [[terminating, fresh], [fresh, terminating]]) {
+      const { tracker, em } = setup();
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", "svc1-a", [{ addresses: ["10.0.0.2"] }, ...order], [tcp("p", 80)]),
+        false,
+      );
+      em.apply(tracker);
+      const eps = em.get(key("ns1", "svc1", "p"))!;
+      assert.deepEqual(eps.map((e) => `${e.endpoint} ${e.nodeName || "-"}`), [
+        "10.0.0.1:80 new-node",
+        "10.0.0.2:80 -",
+      ]);
+    }
+  });
+
+  it("breaks ties by slice name whatever order the slices came in, and after one leaves", () => {
+    const { tracker, em } = setup();
+    const dup = (name: string) =>
+      slice("ns1", "svc1", `svc1-${name}`, [{
+        addresses: ["10.0.0.1"],
+        nodeName: `node-${name}`,
+        conditions: { ready: false, serving: true, terminating: true },
+      }], [tcp("p", 80)]);
+    // Among equally terminating copies the first slice by name wins (upstream iterates them sorted).
+    for (const name of ["c", "a", "d", "b"]) tracker.endpointSliceUpdate(dup(name), false);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-a");
+    tracker.endpointSliceUpdate(dup("a"), true);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-b");
+    tracker.endpointSliceUpdate(dup("a"), false);
+    tracker.endpointSliceUpdate(dup("b"), true);
+    tracker.endpointSliceUpdate(dup("c"), true);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-a");
+    for (const name of ["a", "d"]) tracker.endpointSliceUpdate(dup(name), true);
+    const result = em.apply(tracker);
+    assert.equal(em.size, 0);
+    assert.deepEqual([...result.updatedServices], [key("ns1", "svc1", "p")]);
+    assert.equal(tracker.pendingChanges(), 0);
+  });
+
   it("moves a slice when its Service label changes", () => {
     const { tracker, em } = setup();
     tracker.endpointSliceUpdate(
@@ -362,6 +420,33 @@ describe("EndpointsChangeTracker: change detection", () => {
     assert.equal(tracker.endpointSliceUpdate(s1b, false), false);
     assert.equal(tracker.pendingChanges(), 0);
     assert.equal(em.apply(tracker).changedServices.size, 0);
+  });
+
+  it("a slice listing the same endpoints in another order is no change (upstream sorts them)", () => {
+    const { tracker, em } = setup();
+    const eps = ["10.0.0.3", "10.0.0.1", "10.0.0.2"].map((ip) => ({ addresses: [ip] }));
+    tracker.endpointSliceUpdate(slice("ns1", "svc1", "s1", eps, [tcp("p", 80), tcp("q", 81)]), false);
+    em.apply(tracker);
+    const reordered = slice("ns1", "svc1", "s1", [eps[1], eps[2], eps[0]], [tcp("q", 81), tcp("p", 80)]);
+    assert.equal(tracker.endpointSliceUpdate(reordered, false), false);
+    assert.equal(tracker.pendingChanges(), 0);
+  });
+
+  it("a change of one condition alone is a change", () => {
+    for (const field of ["ready", "serving", "terminating"] as const) {
+      const { tracker, em } = setup();
+      const conditions = { ready: true, serving: true, terminating: false };
+      const s1 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"], conditions }], [tcp("p", 80)]);
+      tracker.endpointSliceUpdate(s1, false);
+      em.apply(tracker);
+      const flipped = { ...conditions, [field]: !conditions[field] };
+      const s2 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"], conditions: flipped }], [
+        tcp("p", 80),
+      ]);
+      assert.equal(tracker.endpointSliceUpdate(s2, false), true, field);
+      em.apply(tracker);
+      assert.equal(em.get(key("ns1", "svc1", "p"))![0][field], flipped[field], field);
+    }
   });
 
   it("collapses a change and its revert, and an add and its delete", () => {
@@ -579,6 +664,73 @@ describe("EndpointsChangeTracker: scale", () => {
     assert.deepEqual([...result.updatedServices], [key("ns", "svc777", "p")]);
     assert.equal(em.size, 10000);
     assert.deepEqual(em.get(key("ns", "svc777", "p"))?.map((e) => e.ip), ["10.0.0.2", "10.1.3.9"]);
+  });
+});
+
+describe("PackedEndpointInfo", () => {
+  it("reads back every combination of the four conditions", () => {
+    for (let bits = 0; bits < 16; bits++) {
+      const [isLocal, ready, serving, terminating] = [1, 2, 4, 8].map((b) => (bits & b) !== 0);
+      const fields = {
+        ip: "fd00::1",
+        nodeName: "n",
+        zone: "z",
+        ready,
+        serving,
+        terminating,
+        zoneHints: ["z"],
+        nodeHints: null,
+      };
+      const ep = newEndpointInfo(fields, 8080, isLocal);
+      assert.ok(ep instanceof PackedEndpointInfo);
+      assert.deepEqual(plainEndpointInfo(ep), {
+        ip: "fd00::1",
+        port: 8080,
+        endpoint: "[fd00::1]:8080",
+        isLocal,
+        ready,
+        serving,
+        terminating,
+        zoneHints: ["z"],
+        nodeHints: null,
+        nodeName: "n",
+        zone: "z",
+      });
+      assert.ok(endpointInfoEqual(ep, plainEndpointInfo(ep)));
+      // Change detection compares own fields: the packed conditions must be one of them.
+      assert.ok(!sameValue(ep, newEndpointInfo({ ...fields, ready: !ready }, 8080, isLocal)));
+      assert.ok(sameValue(ep, newEndpointInfo({ ...fields }, 8080, isLocal)));
+    }
+  });
+});
+
+describe("parseServicePortKey", () => {
+  it("reads back the name of every key servicePortKey makes", () => {
+    for (const port of ["", "http", "p-1"]) {
+      for (const protocol of ["TCP", "UDP", "SCTP"] as const) {
+        const name = { namespace: "ns-1", name: "svc-2", port, protocol };
+        assert.deepEqual(parseServicePortKey(servicePortKey(name)), name);
+      }
+    }
+    for (const bad of ["", "ns", "ns/svc", "ns/svc/tcp", "/svc/TCP", "ns//TCP"]) {
+      assert.equal(parseServicePortKey(bad), null, bad);
+    }
+  });
+
+  it("gives EndpointsMap.portName of present keys only", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.portName(key("ns1", "svc1", "p")), {
+      namespace: "ns1",
+      name: "svc1",
+      port: "p",
+      protocol: "TCP",
+    });
+    assert.equal(em.portName(key("ns1", "svc1", "q")), undefined);
   });
 });
 
