@@ -390,6 +390,40 @@ describe("EndpointsChangeTracker: merging slices", () => {
     assert.deepEqual([...result.changedServices].sort(), ["ns1/svc1", "ns1/svc2"]);
   });
 
+  it("follows a relabelled slice by namespace and name: a same-named slice elsewhere stays", () => {
+    const { tracker, em } = setup();
+    const s = (ns: string, svc: string, ip: string) =>
+      slice(ns, svc, "s1", [{ addresses: [ip] }], [tcp("p", 80)]);
+    tracker.endpointSliceUpdate(s("ns1", "svc1", "10.0.0.1"), false);
+    tracker.endpointSliceUpdate(s("ns2", "svc1", "10.0.0.2"), false);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s2", [{ addresses: ["10.0.0.9"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    tracker.endpointSliceUpdate(s("ns1", "svc2", "10.0.0.1"), false);
+    assert.deepEqual(tracker.pendingServices(), new Set(["ns1/svc1", "ns1/svc2"]));
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()].sort(), [
+      key("ns1", "svc1", "p"),
+      key("ns1", "svc2", "p"),
+      key("ns2", "svc1", "p"),
+    ]);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => e.ip), ["10.0.0.9"]);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s2", [{ addresses: ["10.0.0.9"] }], [tcp("p", 80)]),
+      true,
+    );
+    // Deleted under its new label, then back under the old one: nothing of the move is left behind.
+    tracker.endpointSliceUpdate(s("ns1", "svc2", "10.0.0.1"), true);
+    em.apply(tracker);
+    tracker.endpointSliceUpdate(s("ns1", "svc1", "10.0.0.3"), false);
+    assert.deepEqual(tracker.pendingServices(), new Set(["ns1/svc1"]));
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()].sort(), [key("ns1", "svc1", "p"), key("ns2", "svc1", "p")]);
+    assert.deepEqual(em.get(key("ns2", "svc1", "p"))?.map((e) => e.ip), ["10.0.0.2"]);
+  });
+
   it("removes a slice that lost its Service label, with a warning", () => {
     const { tracker, em, warnings } = setup();
     tracker.endpointSliceUpdate(
