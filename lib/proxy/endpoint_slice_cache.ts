@@ -289,6 +289,8 @@ export class EndpointSliceCache {
    * Keyed by the slice's own name strings rather than a built "ns/sliceName": one string fewer per slice.
    */
   readonly #sliceOwner = new Map<string, Map<string, string>>();
+  /** Port lists shared between slices, by their text (see #sharedPorts). */
+  readonly #portLists = new Map<string, readonly EndpointSlicePort[]>();
 
   constructor(options: EndpointSliceCacheOptions) {
     this.nodeName = options.nodeName;
@@ -338,6 +340,11 @@ export class EndpointSliceCache {
   #forgetOwner(namespace: string, sliceName: string): void {
     const owners = this.#sliceOwner.get(namespace);
     if (owners?.delete(sliceName) && owners.size === 0) this.#sliceOwner.delete(namespace);
+  }
+
+  /** Number of distinct port lists shared between slices (diagnostics; at most MAX_SHARED_PORT_LISTS). */
+  sharedPortLists(): number {
+    return this.#portLists.size;
   }
 
   /** Number of slices with a pending change. */
@@ -413,15 +420,33 @@ export class EndpointSliceCache {
   /** The EndpointInfo of each (port, endpoint) pair of a slice; its fields are not kept beside them. */
   #entryOf(name: string, data: EndpointSliceData): SliceEntry {
     if (data.ports.length === 0) {
-      return { name, ports: data.ports, byPort: NO_ENDPOINTS, portless: data.endpoints };
+      return { name, ports: NO_PORTS, byPort: NO_ENDPOINTS, portless: data.endpoints };
     }
+    const ports = this.#sharedPorts(data.ports);
     const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
     const byPort = data.ports.map((port) =>
       data.endpoints.length === 0
         ? NO_ENDPOINTS
         : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints)
     );
-    return { name, ports: data.ports, byPort, portless: null };
+    return { name, ports, byPort, portless: null };
+  }
+
+  /**
+   * One frozen copy of each distinct port list, shared by every slice that has it: a cluster has few
+   * distinct lists (most slices have one or two ports on common numbers), so this keeps one small array
+   * and its port objects for all of them instead of per slice. Lists beyond the first
+   * {@link MAX_SHARED_PORT_LISTS} are kept as they are, so the table stays bounded.
+   */
+  #sharedPorts(ports: readonly EndpointSlicePort[]): readonly EndpointSlicePort[] {
+    let key = "";
+    for (const p of ports) key += `${p.port}/${p.protocol}/${p.name},`;
+    const shared = this.#portLists.get(key);
+    if (shared !== undefined) return shared;
+    if (this.#portLists.size >= MAX_SHARED_PORT_LISTS) return ports;
+    const frozen = Object.freeze(ports.map((p) => Object.freeze({ ...p })));
+    this.#portLists.set(key, frozen);
+    return frozen;
   }
 
   /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
@@ -488,6 +513,12 @@ export class EndpointSliceCache {
     return new Map(groups);
   }
 }
+
+/** Distinct port lists an EndpointSliceCache shares at most (see #sharedPorts). */
+export const MAX_SHARED_PORT_LISTS = 1024;
+
+/** The ports of a slice without ports (shared: nothing to keep per slice). */
+const NO_PORTS: readonly EndpointSlicePort[] = Object.freeze([]);
 
 /** The byPort of a slice without endpoints (shared: nothing to keep per slice). */
 const NO_ENDPOINTS: readonly never[] = Object.freeze([]);

@@ -6,7 +6,11 @@ import {
   EndpointsMap,
   parseServicePortKey,
 } from "../../../lib/proxy/endpoints_change_tracker.ts";
-import { sameValue } from "../../../lib/proxy/endpoint_slice_cache.ts";
+import {
+  EndpointSliceCache,
+  MAX_SHARED_PORT_LISTS,
+  sameValue,
+} from "../../../lib/proxy/endpoint_slice_cache.ts";
 import {
   endpointInfoEqual,
   newEndpointInfo,
@@ -698,6 +702,49 @@ describe("EndpointsChangeTracker: scale", () => {
     assert.deepEqual([...result.updatedServices], [key("ns", "svc777", "p")]);
     assert.equal(em.size, 10000);
     assert.deepEqual(em.get(key("ns", "svc777", "p"))?.map((e) => e.ip), ["10.0.0.2", "10.1.3.9"]);
+  });
+});
+
+describe("EndpointSliceCache: shared port lists", () => {
+  const udp = (name: string, port: number): EndpointPort => ({ name, port, protocol: "UDP" });
+
+  it("keeps one copy of each distinct port list, whatever order a slice lists its ports in", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const ep = [{ addresses: ["10.0.0.1"] }];
+    cache.updatePending(slice("ns1", "a", "a-1", ep, [tcp("http", 8080), udp("dns", 53)]), false);
+    cache.updatePending(slice("ns1", "b", "b-1", ep, [udp("dns", 53), tcp("http", 8080)]), false);
+    cache.updatePending(slice("ns2", "c", "c-1", ep, [tcp("http", 8080), udp("dns", 53)]), false);
+    assert.equal(cache.sharedPortLists(), 1);
+    cache.updatePending(slice("ns1", "d", "d-1", ep, [tcp("http", 8080)]), false);
+    cache.updatePending(slice("ns1", "e", "e-1", ep, [tcp("web", 8080)]), false);
+    assert.equal(cache.sharedPortLists(), 3);
+    const changes = cache.checkoutChanges();
+    assert.deepEqual(
+      changes.map((c) => [c.service, [...c.current.keys()]]),
+      [
+        ["ns1/a", ["ns1/a:dns/UDP", "ns1/a:http/TCP"]],
+        ["ns1/b", ["ns1/b:dns/UDP", "ns1/b:http/TCP"]],
+        ["ns1/d", ["ns1/d:http/TCP"]],
+        ["ns1/e", ["ns1/e:web/TCP"]],
+        ["ns2/c", ["ns2/c:dns/UDP", "ns2/c:http/TCP"]],
+      ],
+    );
+  });
+
+  it("stops sharing at the cap and still uses every slice's own ports", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const n = MAX_SHARED_PORT_LISTS + 10;
+    for (let i = 0; i < n; i++) {
+      cache.updatePending(
+        slice("ns1", `s${i}`, `s${i}-1`, [{ addresses: ["10.0.0.1"] }], [tcp("p", 1 + i)]),
+        false,
+      );
+    }
+    assert.equal(cache.sharedPortLists(), MAX_SHARED_PORT_LISTS);
+    const last = cache.checkoutChanges().find((c) => c.service === `ns1/s${n - 1}`)!;
+    assert.deepEqual(last.current.get(`ns1/s${n - 1}:p/TCP`)?.endpoints.map((e) => e.endpoint), [
+      `10.0.0.1:${n}`,
+    ]);
   });
 });
 
