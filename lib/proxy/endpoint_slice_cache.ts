@@ -83,23 +83,45 @@ export interface EndpointSliceKeys {
 interface SliceEntry {
   readonly name: string;
   readonly ports: readonly EndpointSlicePort[];
-  readonly byPort: readonly (readonly EndpointInfo[])[];
+  /**
+   * Per port, the endpoints on it; for a slice with one port (most slices) that port's endpoints
+   * themselves, without an array around them. Read through {@link endpointsOnPort}.
+   */
+  readonly byPort: readonly EndpointInfo[] | readonly (readonly EndpointInfo[])[];
   readonly portless: readonly EndpointFields[] | null;
+}
+
+/** The endpoints of `entry` on its port `p`. */
+function endpointsOnPort(entry: SliceEntry, p: number): readonly EndpointInfo[] {
+  return entry.ports.length === 1
+    ? entry.byPort as readonly EndpointInfo[]
+    : (entry.byPort as readonly (readonly EndpointInfo[])[])[p];
 }
 
 /**
  * The slices of one Service. Nearly every Service has one slice and no pending change, so the applied
- * slices are a sorted array (a Map costs ~250 bytes even for one entry) and `pending` exists only while
- * something is pending. The endpoints of the applied slices are not kept here: the EndpointsMap holds
- * them, and checkout recomputes them from the applied slices as upstream does.
+ * slices are that one entry itself or else a sorted array (a Map costs ~250 bytes even for one entry,
+ * an array 64), and `pending` exists only while something is pending. The endpoints of the applied
+ * slices are not kept here: the EndpointsMap holds them, and checkout recomputes them from the applied
+ * slices as upstream does.
  */
 interface ServiceTracker {
   readonly namespace: string;
   readonly name: string;
-  /** Sorted by slice name. */
-  readonly applied: SliceEntry[];
+  /** The one applied slice, or all of them sorted by name (never one); read through {@link appliedOf}. */
+  applied: SliceEntry | readonly SliceEntry[];
   /** null marks a pending removal. Only entries that differ from `applied` are kept; null when empty. */
   pending: Map<string, SliceEntry | null> | null;
+}
+
+/** The applied slices of `t`, sorted by name. */
+function appliedOf(t: ServiceTracker): readonly SliceEntry[] {
+  return Array.isArray(t.applied) ? t.applied : [t.applied as SliceEntry];
+}
+
+/** How a tracker keeps `list` (see ServiceTracker.applied). */
+function appliedFrom(list: readonly SliceEntry[]): SliceEntry | readonly SliceEntry[] {
+  return list.length === 1 ? list[0] : list.length === 0 ? NO_SLICES : list;
 }
 
 /** Index of the slice `name` in `applied`, or -(insertion point) - 1 when absent. */
@@ -369,19 +391,21 @@ export class EndpointSliceCache {
       const t = this.#trackers.get(service);
       if (t === undefined) continue;
       const previous = this.#endpointsOf(t);
+      const applied = [...appliedOf(t)];
       for (const [sliceName, entry] of t.pending ?? []) {
-        const i = sliceIndex(t.applied, sliceName);
+        const i = sliceIndex(applied, sliceName);
         if (entry === null) {
-          if (i >= 0) t.applied.splice(i, 1);
+          if (i >= 0) applied.splice(i, 1);
         } else if (i >= 0) {
-          t.applied[i] = entry;
+          applied[i] = entry;
         } else {
-          t.applied.splice(-i - 1, 0, entry);
+          applied.splice(-i - 1, 0, entry);
         }
       }
+      t.applied = appliedFrom(applied);
       t.pending = null;
       const current = this.#endpointsOf(t);
-      if (t.applied.length === 0) this.#trackers.delete(service);
+      if (applied.length === 0) this.#trackers.delete(service);
       changes.push({ service, previous, current });
     }
     this.#pendingServices.clear();
@@ -398,11 +422,12 @@ export class EndpointSliceCache {
     let t = this.#trackers.get(service);
     if (t === undefined) {
       if (entry === null || keys === undefined) return false;
-      t = { namespace: keys.namespace, name: keys.serviceName, applied: [], pending: null };
+      t = { namespace: keys.namespace, name: keys.serviceName, applied: NO_SLICES, pending: null };
       this.#trackers.set(service, t);
     }
-    const i = sliceIndex(t.applied, sliceName);
-    const applied = i >= 0 ? t.applied[i] : null;
+    const list = appliedOf(t);
+    const i = sliceIndex(list, sliceName);
+    const applied = i >= 0 ? list[i] : null;
     const latest = t.pending?.has(sliceName) ? t.pending.get(sliceName)! : applied;
     if (sameEntry(latest, entry)) return false;
     if (sameEntry(applied, entry)) t.pending?.delete(sliceName);
@@ -412,7 +437,7 @@ export class EndpointSliceCache {
     } else {
       t.pending = null;
       this.#pendingServices.delete(service);
-      if (t.applied.length === 0) this.#trackers.delete(service);
+      if (list.length === 0) this.#trackers.delete(service);
     }
     return true;
   }
@@ -424,11 +449,11 @@ export class EndpointSliceCache {
     }
     const ports = this.#sharedPorts(data.ports);
     const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
-    const byPort = data.ports.map((port) =>
+    const onPort = (port: EndpointSlicePort) =>
       data.endpoints.length === 0
         ? NO_ENDPOINTS
-        : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints)
-    );
+        : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints);
+    const byPort = ports.length === 1 ? onPort(ports[0]) : ports.map(onPort);
     return { name, ports, byPort, portless: null };
   }
 
@@ -451,15 +476,15 @@ export class EndpointSliceCache {
 
   /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
   #endpointsOf(t: ServiceTracker): ServiceEndpoints {
-    if (t.applied.length === 0) return new Map();
-    return t.applied.length === 1 ? this.#endpointsOfOne(t, t.applied[0]) : this.#endpointsOfMany(t);
+    if (!Array.isArray(t.applied)) return this.#endpointsOfOne(t, t.applied as SliceEntry);
+    return t.applied.length === 0 ? new Map() : this.#endpointsOfMany(t);
   }
 
   /** The general merge, for any number of slices. */
   #endpointsOfMany(t: ServiceTracker): ServiceEndpoints {
     const byPort = new Map<string, { name: ServicePortName; set: Map<string, EndpointInfo> }>();
     // Slice order is fixed (by name) so that ties below resolve the same way every time.
-    for (const entry of t.applied) {
+    for (const entry of appliedOf(t)) {
       for (let p = 0; p < entry.ports.length; p++) {
         const port = entry.ports[p];
         const name: ServicePortName = {
@@ -474,7 +499,7 @@ export class EndpointSliceCache {
           group = { name, set: new Map() };
           byPort.set(key, group);
         }
-        for (const info of entry.byPort[p]) {
+        for (const info of endpointsOnPort(entry, p)) {
           // The same IP twice (an Endpoint moving between slices, or a new Pod reusing the IP of a
           // terminating one): prefer the non-terminating one (upstream #135593).
           if (!group.set.has(info.endpoint) || !info.terminating) group.set.set(info.endpoint, info);
@@ -497,7 +522,7 @@ export class EndpointSliceCache {
   #endpointsOfOne(t: ServiceTracker, entry: SliceEntry): ServiceEndpoints {
     const groups: Array<[string, ServicePortEndpoints]> = [];
     for (let p = 0; p < entry.ports.length; p++) {
-      const endpoints = entry.byPort[p];
+      const endpoints = endpointsOnPort(entry, p);
       if (endpoints.length === 0) continue;
       if (hasDuplicate(endpoints)) return this.#endpointsOfMany(t);
       const port = entry.ports[p];
@@ -519,6 +544,9 @@ export const MAX_SHARED_PORT_LISTS = 1024;
 
 /** The ports of a slice without ports (shared: nothing to keep per slice). */
 const NO_PORTS: readonly EndpointSlicePort[] = Object.freeze([]);
+
+/** The applied slices of a Service that has none yet (shared). */
+const NO_SLICES: readonly SliceEntry[] = Object.freeze([]);
 
 /** The byPort of a slice without endpoints (shared: nothing to keep per slice). */
 const NO_ENDPOINTS: readonly never[] = Object.freeze([]);
