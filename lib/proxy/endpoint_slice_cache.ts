@@ -101,9 +101,9 @@ function endpointsOnPort(entry: SliceEntry, p: number): readonly EndpointInfo[] 
 /**
  * The slices of one Service. Nearly every Service has one slice and no pending change, so the applied
  * slices are that one entry itself or else a sorted array (a Map costs ~250 bytes even for one entry,
- * an array 64), and `pending` exists only while something is pending. The endpoints of the applied
- * slices are not kept here: the EndpointsMap holds them, and checkout recomputes them from the applied
- * slices as upstream does.
+ * an array 64), and `pending` exists only while something is pending. The endpoints of one applied
+ * slice are not kept here (the EndpointsMap holds them; checkout rebuilds them without merging or
+ * sorting); those of several are, since merging them again would double a large Service's checkout.
  */
 interface ServiceTracker {
   readonly namespace: string;
@@ -112,6 +112,8 @@ interface ServiceTracker {
   applied: SliceEntry | readonly SliceEntry[];
   /** null marks a pending removal. Only entries that differ from `applied` are kept; null when empty. */
   pending: Map<string, SliceEntry | null> | null;
+  /** The merged endpoints of the applied slices when there are several, else null. */
+  merged: ServiceEndpoints | null;
 }
 
 /** The applied slices of `t`, sorted by name. */
@@ -390,7 +392,7 @@ export class EndpointSliceCache {
     for (const service of [...this.#pendingServices].sort()) {
       const t = this.#trackers.get(service);
       if (t === undefined) continue;
-      const previous = this.#endpointsOf(t);
+      const previous = t.merged ?? this.#endpointsOf(t);
       const applied = [...appliedOf(t)];
       for (const [sliceName, entry] of t.pending ?? []) {
         const i = sliceIndex(applied, sliceName);
@@ -405,6 +407,7 @@ export class EndpointSliceCache {
       t.applied = appliedFrom(applied);
       t.pending = null;
       const current = this.#endpointsOf(t);
+      t.merged = applied.length > 1 ? current : null;
       if (applied.length === 0) this.#trackers.delete(service);
       changes.push({ service, previous, current });
     }
@@ -422,7 +425,13 @@ export class EndpointSliceCache {
     let t = this.#trackers.get(service);
     if (t === undefined) {
       if (entry === null || keys === undefined) return false;
-      t = { namespace: keys.namespace, name: keys.serviceName, applied: NO_SLICES, pending: null };
+      t = {
+        namespace: keys.namespace,
+        name: keys.serviceName,
+        applied: NO_SLICES,
+        pending: null,
+        merged: null,
+      };
       this.#trackers.set(service, t);
     }
     const list = appliedOf(t);

@@ -251,6 +251,13 @@ function serviceOfKey(key: string): string | null {
   return name === null ? null : namespacedName(name.namespace, name.name);
 }
 
+/** Serving state per "ip:port"; true when any copy of an endpoint is serving. */
+function servingByEndpoint(endpoints: readonly EndpointInfo[]): Map<string, boolean> {
+  const out = new Map<string, boolean>();
+  for (const ep of endpoints) if (ep.serving || !out.has(ep.endpoint)) out.set(ep.endpoint, ep.serving);
+  return out;
+}
+
 /**
  * Upstream detectStaleConntrackEntries: UDP endpoints that were serving and are now gone or changed
  * serving state, and UDP ServicePorts that went from no serving endpoint to some.
@@ -262,12 +269,16 @@ function detectStaleConntrackEntries(
 ): void {
   for (const [key, group] of previous) {
     if (group.name.protocol !== "UDP") continue;
-    const now = current.get(key)?.endpoints ?? [];
+    // Serving state by "ip:port" (unique within a ServicePort's merged endpoints): a lookup per endpoint,
+    // not a scan, so a change to a large UDP Service stays linear.
+    let servingNow: Map<string, boolean> | null = null;
     for (const ep of group.endpoints) {
       // No traffic went to a non-serving endpoint, so nothing can be stale.
       if (!ep.serving) continue;
-      const kept = now.some((n) => n.endpoint === ep.endpoint && n.serving === ep.serving);
-      if (!kept) result.deletedUDPEndpoints.push({ servicePortKey: key, endpoint: ep.endpoint, ip: ep.ip });
+      servingNow ??= servingByEndpoint(current.get(key)?.endpoints ?? []);
+      if (servingNow.get(ep.endpoint) !== true) {
+        result.deletedUDPEndpoints.push({ servicePortKey: key, endpoint: ep.endpoint, ip: ep.ip });
+      }
     }
   }
   for (const [key, group] of current) {

@@ -536,6 +536,35 @@ describe("EndpointsChangeTracker: change detection", () => {
     }]);
   });
 
+  it("reports the UDP endpoints a Service of several slices loses, change after change", () => {
+    const { tracker, em } = setup();
+    const udp: EndpointPort = { name: "dns", port: 53, protocol: "UDP" };
+    const s = (name: string, ips: string[]) =>
+      slice("ns1", "dns", name, ips.map((ip) => ({ addresses: [ip] })), [udp]);
+    const gone = (ip: string) => ({
+      servicePortKey: key("ns1", "dns", "dns", "UDP"),
+      endpoint: `${ip}:53`,
+      ip,
+    });
+    tracker.endpointSliceUpdate(s("a", ["10.0.0.1", "10.0.0.2"]), false);
+    tracker.endpointSliceUpdate(s("b", ["10.0.0.3", "10.0.0.2"]), false);
+    tracker.endpointSliceUpdate(s("c", ["10.0.0.4"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, []);
+    tracker.endpointSliceUpdate(s("b", ["10.0.0.2"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.3")]);
+    // 10.0.0.2 is still in slice a: not gone.
+    tracker.endpointSliceUpdate(s("b", []), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, []);
+    tracker.endpointSliceUpdate(s("a", ["10.0.0.1"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.2")]);
+    tracker.endpointSliceUpdate(s("c", []), true);
+    tracker.endpointSliceUpdate(s("b", []), true);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.4")]);
+    tracker.endpointSliceUpdate(s("a", []), true);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.1")]);
+    assert.equal(em.size, 0);
+  });
+
   it("counts distinct local ready IPs per Service, never terminating ones", () => {
     const { tracker, em } = setup();
     tracker.endpointSliceUpdate(
