@@ -74,24 +74,70 @@ export interface EndpointSliceKeys {
 }
 
 /**
- * What the cache keeps of one slice: its ports and, per port (same index), the EndpointInfo of each of
- * its endpoints on that port, in slice order. A slice without ports keeps its endpoint fields instead,
- * so that a change to them is still a change (as upstream, which compares whole slice infos).
+ * What the cache keeps of one slice: its name, its ports and, per port (same index), the EndpointInfo
+ * of each of its endpoints on that port, sorted by "ip:port" (stably: duplicates keep their slice order,
+ * which the merge's tie-break depends on). Upstream sorts a slice's endpoints too, so a reordering alone
+ * is no change. A slice without ports keeps its endpoint fields instead, so that a change to them is
+ * still a change (as upstream, which compares whole slice infos).
  */
 interface SliceEntry {
+  readonly name: string;
   readonly ports: readonly EndpointSlicePort[];
-  readonly byPort: readonly (readonly EndpointInfo[])[];
+  /**
+   * Per port, the endpoints on it; for a slice with one port (most slices) that port's endpoints
+   * themselves, without an array around them. Read through {@link endpointsOnPort}.
+   */
+  readonly byPort: readonly EndpointInfo[] | readonly (readonly EndpointInfo[])[];
   readonly portless: readonly EndpointFields[] | null;
 }
 
+/** The endpoints of `entry` on its port `p`. */
+function endpointsOnPort(entry: SliceEntry, p: number): readonly EndpointInfo[] {
+  return entry.ports.length === 1
+    ? entry.byPort as readonly EndpointInfo[]
+    : (entry.byPort as readonly (readonly EndpointInfo[])[])[p];
+}
+
+/**
+ * The slices of one Service. Nearly every Service has one slice and no pending change, so the applied
+ * slices are that one entry itself or else a sorted array (a Map costs ~250 bytes even for one entry,
+ * an array 64), and `pending` exists only while something is pending. The endpoints of one applied
+ * slice are not kept here (the EndpointsMap holds them; checkout rebuilds them without merging or
+ * sorting); those of several are, since merging them again would double a large Service's checkout.
+ */
 interface ServiceTracker {
   readonly namespace: string;
   readonly name: string;
-  readonly applied: Map<string, SliceEntry>;
-  /** null marks a pending removal. Only entries that differ from `applied` are kept. */
-  readonly pending: Map<string, SliceEntry | null>;
-  /** Endpoints computed from `applied` at the last checkout. */
-  appliedEndpoints: ServiceEndpoints;
+  /** The one applied slice, or all of them sorted by name (never one); read through {@link appliedOf}. */
+  applied: SliceEntry | readonly SliceEntry[];
+  /** null marks a pending removal. Only entries that differ from `applied` are kept; null when empty. */
+  pending: Map<string, SliceEntry | null> | null;
+  /** The merged endpoints of the applied slices when there are several, else null. */
+  merged: ServiceEndpoints | null;
+}
+
+/** The applied slices of `t`, sorted by name. */
+function appliedOf(t: ServiceTracker): readonly SliceEntry[] {
+  return Array.isArray(t.applied) ? t.applied : [t.applied as SliceEntry];
+}
+
+/** How a tracker keeps `list` (see ServiceTracker.applied). */
+function appliedFrom(list: readonly SliceEntry[]): SliceEntry | readonly SliceEntry[] {
+  return list.length === 1 ? list[0] : list.length === 0 ? NO_SLICES : list;
+}
+
+/** Index of the slice `name` in `applied`, or -(insertion point) - 1 when absent. */
+function sliceIndex(applied: readonly SliceEntry[], name: string): number {
+  let lo = 0;
+  let hi = applied.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const n = applied[mid].name;
+    if (n < name) lo = mid + 1;
+    else if (n > name) hi = mid - 1;
+    else return mid;
+  }
+  return -lo - 1;
 }
 
 /** Equal slice states (null = absent), compared by value without keeping a text copy per slice. */
@@ -262,8 +308,13 @@ export class EndpointSliceCache {
   readonly #trackers = new Map<string, ServiceTracker>();
   /** Services with pending slices. */
   readonly #pendingServices = new Set<string>();
-  /** "ns/sliceName" -> Service "ns/name" the slice was last filed under (to follow label changes). */
-  readonly #sliceOwner = new Map<string, string>();
+  /**
+   * Namespace -> slice name -> Service "ns/name" the slice was last filed under (to follow label changes).
+   * Keyed by the slice's own name strings rather than a built "ns/sliceName": one string fewer per slice.
+   */
+  readonly #sliceOwner = new Map<string, Map<string, string>>();
+  /** Port lists shared between slices, by their text (see #sharedPorts). */
+  readonly #portLists = new Map<string, readonly EndpointSlicePort[]>();
 
   constructor(options: EndpointSliceCacheOptions) {
     this.nodeName = options.nodeName;
@@ -282,36 +333,48 @@ export class EndpointSliceCache {
     if (typeof keys === "string") {
       // A slice we filed before that lost its Service label: it no longer belongs to that Service.
       const meta = isObject(slice) && isObject(slice.metadata) ? slice.metadata : undefined;
-      const ownerKey = namespacedName(String(meta?.namespace), String(meta?.name));
-      const owner = this.#sliceOwner.get(ownerKey);
-      if (owner !== undefined && this.#setPending(owner, String(meta?.name), null)) changed.push(owner);
-      if (owner !== undefined) this.#sliceOwner.delete(ownerKey);
+      const namespace = String(meta?.namespace);
+      const sliceName = String(meta?.name);
+      const owner = this.#sliceOwner.get(namespace)?.get(sliceName);
+      if (owner !== undefined && this.#setPending(owner, sliceName, null)) changed.push(owner);
+      if (owner !== undefined) this.#forgetOwner(namespace, sliceName);
       if (!remove) this.#warn(`ignoring EndpointSlice ${objectRef(meta?.namespace, meta?.name)}: ${keys}`);
       return changed;
     }
     const service = namespacedName(keys.namespace, keys.serviceName);
-    const ownerKey = namespacedName(keys.namespace, keys.sliceName);
-    const owner = this.#sliceOwner.get(ownerKey);
+    const owner = this.#sliceOwner.get(keys.namespace)?.get(keys.sliceName);
     if (owner !== undefined && owner !== service) {
       if (this.#setPending(owner, keys.sliceName, null)) changed.push(owner);
     }
     if (remove) {
-      this.#sliceOwner.delete(ownerKey);
+      this.#forgetOwner(keys.namespace, keys.sliceName);
       if (owner === undefined || owner === service) {
         if (this.#setPending(service, keys.sliceName, null)) changed.push(service);
       }
       return changed;
     }
-    this.#sliceOwner.set(ownerKey, service);
-    const entry = this.#entryOf(endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn));
+    let owners = this.#sliceOwner.get(keys.namespace);
+    if (owners === undefined) this.#sliceOwner.set(keys.namespace, owners = new Map());
+    owners.set(keys.sliceName, service);
+    const entry = this.#entryOf(keys.sliceName, endpointSliceDataFromSlice(slice, this.ipFamily, this.#warn));
     if (this.#setPending(service, keys.sliceName, entry, keys)) changed.push(service);
     return changed;
+  }
+
+  #forgetOwner(namespace: string, sliceName: string): void {
+    const owners = this.#sliceOwner.get(namespace);
+    if (owners?.delete(sliceName) && owners.size === 0) this.#sliceOwner.delete(namespace);
+  }
+
+  /** Number of distinct port lists shared between slices (diagnostics; at most MAX_SHARED_PORT_LISTS). */
+  sharedPortLists(): number {
+    return this.#portLists.size;
   }
 
   /** Number of slices with a pending change. */
   pendingChanges(): number {
     let n = 0;
-    for (const s of this.#pendingServices) n += this.#trackers.get(s)?.pending.size ?? 0;
+    for (const s of this.#pendingServices) n += this.#trackers.get(s)?.pending?.size ?? 0;
     return n;
   }
 
@@ -329,15 +392,23 @@ export class EndpointSliceCache {
     for (const service of [...this.#pendingServices].sort()) {
       const t = this.#trackers.get(service);
       if (t === undefined) continue;
-      const previous = t.appliedEndpoints;
-      for (const [sliceName, entry] of t.pending) {
-        if (entry === null) t.applied.delete(sliceName);
-        else t.applied.set(sliceName, entry);
+      const previous = t.merged ?? this.#endpointsOf(t);
+      const applied = [...appliedOf(t)];
+      for (const [sliceName, entry] of t.pending ?? []) {
+        const i = sliceIndex(applied, sliceName);
+        if (entry === null) {
+          if (i >= 0) applied.splice(i, 1);
+        } else if (i >= 0) {
+          applied[i] = entry;
+        } else {
+          applied.splice(-i - 1, 0, entry);
+        }
       }
-      t.pending.clear();
+      t.applied = appliedFrom(applied);
+      t.pending = null;
       const current = this.#endpointsOf(t);
-      t.appliedEndpoints = current;
-      if (t.applied.size === 0) this.#trackers.delete(service);
+      t.merged = applied.length > 1 ? current : null;
+      if (applied.length === 0) this.#trackers.delete(service);
       changes.push({ service, previous, current });
     }
     this.#pendingServices.clear();
@@ -357,42 +428,72 @@ export class EndpointSliceCache {
       t = {
         namespace: keys.namespace,
         name: keys.serviceName,
-        applied: new Map(),
-        pending: new Map(),
-        appliedEndpoints: new Map(),
+        applied: NO_SLICES,
+        pending: null,
+        merged: null,
       };
       this.#trackers.set(service, t);
     }
-    const applied = t.applied.get(sliceName) ?? null;
-    const latest = t.pending.has(sliceName) ? t.pending.get(sliceName)! : applied;
+    const list = appliedOf(t);
+    const i = sliceIndex(list, sliceName);
+    const applied = i >= 0 ? list[i] : null;
+    const latest = t.pending?.has(sliceName) ? t.pending.get(sliceName)! : applied;
     if (sameEntry(latest, entry)) return false;
-    if (sameEntry(applied, entry)) t.pending.delete(sliceName);
-    else t.pending.set(sliceName, entry);
-    if (t.pending.size > 0) {
+    if (sameEntry(applied, entry)) t.pending?.delete(sliceName);
+    else (t.pending ??= new Map()).set(sliceName, entry);
+    if (t.pending !== null && t.pending.size > 0) {
       this.#pendingServices.add(service);
     } else {
+      t.pending = null;
       this.#pendingServices.delete(service);
-      if (t.applied.size === 0) this.#trackers.delete(service);
+      if (list.length === 0) this.#trackers.delete(service);
     }
     return true;
   }
 
   /** The EndpointInfo of each (port, endpoint) pair of a slice; its fields are not kept beside them. */
-  #entryOf(data: EndpointSliceData): SliceEntry {
-    if (data.ports.length === 0) return { ports: data.ports, byPort: [], portless: data.endpoints };
+  #entryOf(name: string, data: EndpointSliceData): SliceEntry {
+    if (data.ports.length === 0) {
+      return { name, ports: NO_PORTS, byPort: NO_ENDPOINTS, portless: data.endpoints };
+    }
+    const ports = this.#sharedPorts(data.ports);
     const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
-    const byPort = data.ports.map((port) =>
-      data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i]))
-    );
-    return { ports: data.ports, byPort, portless: null };
+    const onPort = (port: EndpointSlicePort) =>
+      data.endpoints.length === 0
+        ? NO_ENDPOINTS
+        : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints);
+    const byPort = ports.length === 1 ? onPort(ports[0]) : ports.map(onPort);
+    return { name, ports, byPort, portless: null };
+  }
+
+  /**
+   * One frozen copy of each distinct port list, shared by every slice that has it: a cluster has few
+   * distinct lists (most slices have one or two ports on common numbers), so this keeps one small array
+   * and its port objects for all of them instead of per slice. Lists beyond the first
+   * {@link MAX_SHARED_PORT_LISTS} are kept as they are, so the table stays bounded.
+   */
+  #sharedPorts(ports: readonly EndpointSlicePort[]): readonly EndpointSlicePort[] {
+    let key = "";
+    for (const p of ports) key += `${p.port}/${p.protocol}/${p.name},`;
+    const shared = this.#portLists.get(key);
+    if (shared !== undefined) return shared;
+    if (this.#portLists.size >= MAX_SHARED_PORT_LISTS) return ports;
+    const frozen = Object.freeze(ports.map((p) => Object.freeze({ ...p })));
+    this.#portLists.set(key, frozen);
+    return frozen;
   }
 
   /** Merges the applied slices of a Service into its endpoints (upstream getEndpointsMap). */
   #endpointsOf(t: ServiceTracker): ServiceEndpoints {
+    if (!Array.isArray(t.applied)) return this.#endpointsOfOne(t, t.applied as SliceEntry);
+    return t.applied.length === 0 ? new Map() : this.#endpointsOfMany(t);
+  }
+
+  /** The general merge, for any number of slices. */
+  #endpointsOfMany(t: ServiceTracker): ServiceEndpoints {
     const byPort = new Map<string, { name: ServicePortName; set: Map<string, EndpointInfo> }>();
     // Slice order is fixed (by name) so that ties below resolve the same way every time.
-    for (const sliceName of [...t.applied.keys()].sort()) {
-      const entry = t.applied.get(sliceName)!;
+    for (const entry of appliedOf(t)) {
       for (let p = 0; p < entry.ports.length; p++) {
         const port = entry.ports[p];
         const name: ServicePortName = {
@@ -407,7 +508,7 @@ export class EndpointSliceCache {
           group = { name, set: new Map() };
           byPort.set(key, group);
         }
-        for (const info of entry.byPort[p]) {
+        for (const info of endpointsOnPort(entry, p)) {
           // The same IP twice (an Endpoint moving between slices, or a new Pod reusing the IP of a
           // terminating one): prefer the non-terminating one (upstream #135593).
           if (!group.set.has(info.endpoint) || !info.terminating) group.set.set(info.endpoint, info);
@@ -422,4 +523,45 @@ export class EndpointSliceCache {
     }
     return out;
   }
+
+  /**
+   * The endpoints of a Service with one slice: each port's array is the slice's own (already sorted),
+   * shared rather than copied, unless it holds an "ip:port" twice, which the general merge resolves.
+   */
+  #endpointsOfOne(t: ServiceTracker, entry: SliceEntry): ServiceEndpoints {
+    const groups: Array<[string, ServicePortEndpoints]> = [];
+    for (let p = 0; p < entry.ports.length; p++) {
+      const endpoints = endpointsOnPort(entry, p);
+      if (endpoints.length === 0) continue;
+      if (hasDuplicate(endpoints)) return this.#endpointsOfMany(t);
+      const port = entry.ports[p];
+      const name: ServicePortName = {
+        namespace: t.namespace,
+        name: t.name,
+        port: port.name,
+        protocol: port.protocol,
+      };
+      groups.push([servicePortKey(name), { name, endpoints }]);
+    }
+    groups.sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+    return new Map(groups);
+  }
+}
+
+/** Distinct port lists an EndpointSliceCache shares at most (see #sharedPorts). */
+export const MAX_SHARED_PORT_LISTS = 1024;
+
+/** The ports of a slice without ports (shared: nothing to keep per slice). */
+const NO_PORTS: readonly EndpointSlicePort[] = Object.freeze([]);
+
+/** The applied slices of a Service that has none yet (shared). */
+const NO_SLICES: readonly SliceEntry[] = Object.freeze([]);
+
+/** The byPort of a slice without endpoints (shared: nothing to keep per slice). */
+const NO_ENDPOINTS: readonly never[] = Object.freeze([]);
+
+/** True when a sorted endpoint list holds the same "ip:port" twice (adjacent after sorting). */
+function hasDuplicate(sorted: readonly EndpointInfo[]): boolean {
+  for (let i = 1; i < sorted.length; i++) if (sorted[i].endpoint === sorted[i - 1].endpoint) return true;
+  return false;
 }

@@ -11,20 +11,76 @@ import { joinHostPort } from "../net/go_net.ts";
  */
 export type EndpointFields = Omit<EndpointInfo, "port" | "endpoint" | "isLocal">;
 
+const LOCAL = 1;
+const READY = 2;
+const SERVING = 4;
+const TERMINATING = 8;
+
+/**
+ * The EndpointInfo the cache builds: the four conditions packed into one number read through getters,
+ * so that an endpoint takes 8 slots instead of 11 (80 bytes instead of 112 under JavaScriptCore; the
+ * model holds one per endpoint and port, 65k at 10k Services). Readers see an ordinary EndpointInfo.
+ * `flags` is an own enumerable field, so structural comparison (sameValue) still sees every condition.
+ */
+export class PackedEndpointInfo implements EndpointInfo {
+  readonly ip: string;
+  readonly port: number;
+  readonly endpoint: string;
+  /** isLocal, ready, serving and terminating as bits 0-3; read those instead. */
+  readonly flags: number;
+  readonly zoneHints: readonly string[] | null;
+  readonly nodeHints: readonly string[] | null;
+  readonly nodeName: string;
+  readonly zone: string;
+
+  constructor(fields: EndpointFields, port: number, isLocal: boolean) {
+    this.ip = fields.ip;
+    this.port = port;
+    this.endpoint = joinHostPort(fields.ip, port);
+    this.flags = (isLocal ? LOCAL : 0) | (fields.ready ? READY : 0) | (fields.serving ? SERVING : 0) |
+      (fields.terminating ? TERMINATING : 0);
+    this.zoneHints = fields.zoneHints;
+    this.nodeHints = fields.nodeHints;
+    this.nodeName = fields.nodeName;
+    this.zone = fields.zone;
+  }
+
+  get isLocal(): boolean {
+    return (this.flags & LOCAL) !== 0;
+  }
+
+  get ready(): boolean {
+    return (this.flags & READY) !== 0;
+  }
+
+  get serving(): boolean {
+    return (this.flags & SERVING) !== 0;
+  }
+
+  get terminating(): boolean {
+    return (this.flags & TERMINATING) !== 0;
+  }
+}
+
 /** Builds the EndpointInfo of `fields` on `port` (upstream newBaseEndpointInfo). */
 export function newEndpointInfo(fields: EndpointFields, port: number, isLocal: boolean): EndpointInfo {
+  return new PackedEndpointInfo(fields, port, isLocal);
+}
+
+/** The fields of any EndpointInfo as a plain object literal (for logs and tests). */
+export function plainEndpointInfo(ep: EndpointInfo): EndpointInfo {
   return {
-    ip: fields.ip,
-    port,
-    endpoint: joinHostPort(fields.ip, port),
-    isLocal,
-    ready: fields.ready,
-    serving: fields.serving,
-    terminating: fields.terminating,
-    zoneHints: fields.zoneHints,
-    nodeHints: fields.nodeHints,
-    nodeName: fields.nodeName,
-    zone: fields.zone,
+    ip: ep.ip,
+    port: ep.port,
+    endpoint: ep.endpoint,
+    isLocal: ep.isLocal,
+    ready: ep.ready,
+    serving: ep.serving,
+    terminating: ep.terminating,
+    zoneHints: ep.zoneHints,
+    nodeHints: ep.nodeHints,
+    nodeName: ep.nodeName,
+    zone: ep.zone,
   };
 }
 

@@ -169,8 +169,6 @@ export interface UpdateEndpointsMapResult {
  * with at least one endpoint have an entry. Change it through apply() only.
  */
 export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
-  readonly #names = new Map<string, ServicePortName>();
-
   /** Applies and clears the tracker's pending changes; returns what changed. */
   apply(tracker: EndpointsChangeTracker): UpdateEndpointsMapResult {
     const result: UpdateEndpointsMapResult = {
@@ -185,12 +183,10 @@ export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
       for (const key of change.previous.keys()) {
         result.updatedServices.add(key);
         this.delete(key);
-        this.#names.delete(key);
       }
       for (const [key, group] of change.current) {
         result.updatedServices.add(key);
         this.set(key, group.endpoints);
-        this.#names.set(key, group.name);
       }
       detectStaleConntrackEntries(change.previous, change.current, result);
     }
@@ -198,9 +194,12 @@ export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
     return result;
   }
 
-  /** The ServicePortName of a key in this map. */
+  /**
+   * The ServicePortName of a key in this map, read back from the key (no name is kept per entry: the
+   * cache validated every part as a DNS label, so the key's separators are unambiguous).
+   */
   portName(servicePortKey: string): ServicePortName | undefined {
-    return this.#names.get(servicePortKey);
+    return this.has(servicePortKey) ? parseServicePortKey(servicePortKey) ?? undefined : undefined;
   }
 
   /**
@@ -210,11 +209,11 @@ export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
   localReadyEndpoints(): Map<string, number> {
     const ips = new Map<string, Set<string>>();
     for (const [key, endpoints] of this) {
-      const name = this.#names.get(key);
-      if (name === undefined) continue;
-      const nn = namespacedName(name.namespace, name.name);
+      let nn: string | null = null;
       for (const ep of endpoints) {
         if (!ep.ready || !ep.isLocal) continue;
+        nn ??= serviceOfKey(key);
+        if (nn === null) break;
         let set = ips.get(nn);
         if (set === undefined) ips.set(nn, set = new Set());
         set.add(ep.ip);
@@ -224,6 +223,39 @@ export class EndpointsMap extends Map<string, readonly EndpointInfo[]> {
     for (const [nn, set] of ips) out.set(nn, set.size);
     return out;
   }
+}
+
+/**
+ * The ServicePortName a servicePortKey was made of ("ns/name/PROTO" or "ns/name:port/PROTO"), or null
+ * when `key` is not one. Exact for names that are DNS labels, as every name the cache accepts is.
+ */
+export function parseServicePortKey(key: string): ServicePortName | null {
+  const slash = key.indexOf("/");
+  const last = key.lastIndexOf("/");
+  if (slash <= 0 || last <= slash + 1) return null;
+  const protocol = key.slice(last + 1);
+  if (protocol !== "TCP" && protocol !== "UDP" && protocol !== "SCTP") return null;
+  const rest = key.slice(slash + 1, last);
+  const colon = rest.indexOf(":");
+  return {
+    namespace: key.slice(0, slash),
+    name: colon < 0 ? rest : rest.slice(0, colon),
+    port: colon < 0 ? "" : rest.slice(colon + 1),
+    protocol,
+  };
+}
+
+/** The Service ("ns/name") of a servicePortKey, or null when `key` is not one. */
+function serviceOfKey(key: string): string | null {
+  const name = parseServicePortKey(key);
+  return name === null ? null : namespacedName(name.namespace, name.name);
+}
+
+/** Serving state per "ip:port"; true when any copy of an endpoint is serving. */
+function servingByEndpoint(endpoints: readonly EndpointInfo[]): Map<string, boolean> {
+  const out = new Map<string, boolean>();
+  for (const ep of endpoints) if (ep.serving || !out.has(ep.endpoint)) out.set(ep.endpoint, ep.serving);
+  return out;
 }
 
 /**
@@ -237,12 +269,16 @@ function detectStaleConntrackEntries(
 ): void {
   for (const [key, group] of previous) {
     if (group.name.protocol !== "UDP") continue;
-    const now = current.get(key)?.endpoints ?? [];
+    // Serving state by "ip:port" (unique within a ServicePort's merged endpoints): a lookup per endpoint,
+    // not a scan, so a change to a large UDP Service stays linear.
+    let servingNow: Map<string, boolean> | null = null;
     for (const ep of group.endpoints) {
       // No traffic went to a non-serving endpoint, so nothing can be stale.
       if (!ep.serving) continue;
-      const kept = now.some((n) => n.endpoint === ep.endpoint && n.serving === ep.serving);
-      if (!kept) result.deletedUDPEndpoints.push({ servicePortKey: key, endpoint: ep.endpoint, ip: ep.ip });
+      servingNow ??= servingByEndpoint(current.get(key)?.endpoints ?? []);
+      if (servingNow.get(ep.endpoint) !== true) {
+        result.deletedUDPEndpoints.push({ servicePortKey: key, endpoint: ep.endpoint, ip: ep.ip });
+      }
     }
   }
   for (const [key, group] of current) {

@@ -257,6 +257,11 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
     }
   });
 
+  // One array per Service, shared by its ports (and one empty array shared by all): the model holds
+  // ~13k ServicePorts at 10k Services and these lists are nearly always empty.
+  const externalIPList = listOf(externalIPs);
+  const loadBalancerVIPList = listOf(loadBalancerVIPs);
+  const sourceRangeList = listOf(loadBalancerSourceRanges);
   const ports = optionalArray(spec.ports, "spec.ports");
   const out: ServicePortInfo[] = [];
   const seen = new Set<string>();
@@ -269,9 +274,9 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
         port: p.port,
         protocol: p.protocol,
         nodePort: p.nodePort,
-        externalIPs: [...externalIPs],
-        loadBalancerVIPs: [...loadBalancerVIPs],
-        loadBalancerSourceRanges: [...loadBalancerSourceRanges],
+        externalIPs: externalIPList,
+        loadBalancerVIPs: loadBalancerVIPList,
+        loadBalancerSourceRanges: sourceRangeList,
         stickyMaxAgeSeconds,
         externalPolicyLocal,
         internalPolicyLocal,
@@ -289,6 +294,14 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
     }
   });
   return out;
+}
+
+/** The one empty list every ServicePort without entries shares (frozen: readers only read it). */
+export const EMPTY_LIST: readonly string[] = Object.freeze([]);
+
+/** The entries of `set` in insertion order, or the shared {@link EMPTY_LIST}. */
+function listOf(set: ReadonlySet<string>): readonly string[] {
+  return set.size === 0 ? EMPTY_LIST : [...set];
 }
 
 /**

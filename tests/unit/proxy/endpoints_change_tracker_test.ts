@@ -1,8 +1,22 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Endpoint, EndpointPort, EndpointSlice } from "../../../lib/k8s/objects.ts";
-import { EndpointsChangeTracker, EndpointsMap } from "../../../lib/proxy/endpoints_change_tracker.ts";
-import { sameValue } from "../../../lib/proxy/endpoint_slice_cache.ts";
+import {
+  EndpointsChangeTracker,
+  EndpointsMap,
+  parseServicePortKey,
+} from "../../../lib/proxy/endpoints_change_tracker.ts";
+import {
+  EndpointSliceCache,
+  MAX_SHARED_PORT_LISTS,
+  sameValue,
+} from "../../../lib/proxy/endpoint_slice_cache.ts";
+import {
+  endpointInfoEqual,
+  newEndpointInfo,
+  PackedEndpointInfo,
+  plainEndpointInfo,
+} from "../../../lib/proxy/endpoints.ts";
 import type { IPFamily } from "../../../lib/proxy/types.ts";
 import { servicePortKey } from "../../../lib/proxy/types.ts";
 
@@ -125,7 +139,8 @@ describe("EndpointsChangeTracker: conversion", () => {
       false,
     );
     em.apply(tracker);
-    assert.deepEqual(em.get(key("ns1", "svc1", "p")), [{
+    // Field by field: the cache packs the conditions (PackedEndpointInfo), readers see plain fields.
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map(plainEndpointInfo), [{
       ip: "10.0.0.1",
       port: 80,
       endpoint: "10.0.0.1:80",
@@ -314,6 +329,55 @@ describe("EndpointsChangeTracker: merging slices", () => {
     }
   });
 
+  it("prefers the non-terminating endpoint when one slice lists the same IP twice, in either order", () => {
+    const terminating = {
+      addresses: ["10.0.0.1"],
+      nodeName: "old-node",
+      conditions: { ready: false, serving: false, terminating: true },
+    };
+    const fresh = { addresses: ["10.0.0.1"], nodeName: "new-node" };
+    for (const order of [[terminating, fresh], [fresh, terminating]]) {
+      const { tracker, em } = setup();
+      tracker.endpointSliceUpdate(
+        slice("ns1", "svc1", "svc1-a", [{ addresses: ["10.0.0.2"] }, ...order], [tcp("p", 80)]),
+        false,
+      );
+      em.apply(tracker);
+      const eps = em.get(key("ns1", "svc1", "p"))!;
+      assert.deepEqual(eps.map((e) => `${e.endpoint} ${e.nodeName || "-"}`), [
+        "10.0.0.1:80 new-node",
+        "10.0.0.2:80 -",
+      ]);
+    }
+  });
+
+  it("breaks ties by slice name whatever order the slices came in, and after one leaves", () => {
+    const { tracker, em } = setup();
+    const dup = (name: string) =>
+      slice("ns1", "svc1", `svc1-${name}`, [{
+        addresses: ["10.0.0.1"],
+        nodeName: `node-${name}`,
+        conditions: { ready: false, serving: true, terminating: true },
+      }], [tcp("p", 80)]);
+    // Among equally terminating copies the first slice by name wins (upstream iterates them sorted).
+    for (const name of ["c", "a", "d", "b"]) tracker.endpointSliceUpdate(dup(name), false);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-a");
+    tracker.endpointSliceUpdate(dup("a"), true);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-b");
+    tracker.endpointSliceUpdate(dup("a"), false);
+    tracker.endpointSliceUpdate(dup("b"), true);
+    tracker.endpointSliceUpdate(dup("c"), true);
+    em.apply(tracker);
+    assert.equal(em.get(key("ns1", "svc1", "p"))![0].nodeName, "node-a");
+    for (const name of ["a", "d"]) tracker.endpointSliceUpdate(dup(name), true);
+    const result = em.apply(tracker);
+    assert.equal(em.size, 0);
+    assert.deepEqual([...result.updatedServices], [key("ns1", "svc1", "p")]);
+    assert.equal(tracker.pendingChanges(), 0);
+  });
+
   it("moves a slice when its Service label changes", () => {
     const { tracker, em } = setup();
     tracker.endpointSliceUpdate(
@@ -328,6 +392,40 @@ describe("EndpointsChangeTracker: merging slices", () => {
     const result = em.apply(tracker);
     assert.deepEqual([...em.keys()], [key("ns1", "svc2", "p")]);
     assert.deepEqual([...result.changedServices].sort(), ["ns1/svc1", "ns1/svc2"]);
+  });
+
+  it("follows a relabelled slice by namespace and name: a same-named slice elsewhere stays", () => {
+    const { tracker, em } = setup();
+    const s = (ns: string, svc: string, ip: string) =>
+      slice(ns, svc, "s1", [{ addresses: [ip] }], [tcp("p", 80)]);
+    tracker.endpointSliceUpdate(s("ns1", "svc1", "10.0.0.1"), false);
+    tracker.endpointSliceUpdate(s("ns2", "svc1", "10.0.0.2"), false);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s2", [{ addresses: ["10.0.0.9"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    tracker.endpointSliceUpdate(s("ns1", "svc2", "10.0.0.1"), false);
+    assert.deepEqual(tracker.pendingServices(), new Set(["ns1/svc1", "ns1/svc2"]));
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()].sort(), [
+      key("ns1", "svc1", "p"),
+      key("ns1", "svc2", "p"),
+      key("ns2", "svc1", "p"),
+    ]);
+    assert.deepEqual(em.get(key("ns1", "svc1", "p"))?.map((e) => e.ip), ["10.0.0.9"]);
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s2", [{ addresses: ["10.0.0.9"] }], [tcp("p", 80)]),
+      true,
+    );
+    // Deleted under its new label, then back under the old one: nothing of the move is left behind.
+    tracker.endpointSliceUpdate(s("ns1", "svc2", "10.0.0.1"), true);
+    em.apply(tracker);
+    tracker.endpointSliceUpdate(s("ns1", "svc1", "10.0.0.3"), false);
+    assert.deepEqual(tracker.pendingServices(), new Set(["ns1/svc1"]));
+    em.apply(tracker);
+    assert.deepEqual([...em.keys()].sort(), [key("ns1", "svc1", "p"), key("ns2", "svc1", "p")]);
+    assert.deepEqual(em.get(key("ns2", "svc1", "p"))?.map((e) => e.ip), ["10.0.0.2"]);
   });
 
   it("removes a slice that lost its Service label, with a warning", () => {
@@ -360,6 +458,33 @@ describe("EndpointsChangeTracker: change detection", () => {
     assert.equal(tracker.endpointSliceUpdate(s1b, false), false);
     assert.equal(tracker.pendingChanges(), 0);
     assert.equal(em.apply(tracker).changedServices.size, 0);
+  });
+
+  it("a slice listing the same endpoints in another order is no change (upstream sorts them)", () => {
+    const { tracker, em } = setup();
+    const eps = ["10.0.0.3", "10.0.0.1", "10.0.0.2"].map((ip) => ({ addresses: [ip] }));
+    tracker.endpointSliceUpdate(slice("ns1", "svc1", "s1", eps, [tcp("p", 80), tcp("q", 81)]), false);
+    em.apply(tracker);
+    const reordered = slice("ns1", "svc1", "s1", [eps[1], eps[2], eps[0]], [tcp("q", 81), tcp("p", 80)]);
+    assert.equal(tracker.endpointSliceUpdate(reordered, false), false);
+    assert.equal(tracker.pendingChanges(), 0);
+  });
+
+  it("a change of one condition alone is a change", () => {
+    for (const field of ["ready", "serving", "terminating"] as const) {
+      const { tracker, em } = setup();
+      const conditions = { ready: true, serving: true, terminating: false };
+      const s1 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"], conditions }], [tcp("p", 80)]);
+      tracker.endpointSliceUpdate(s1, false);
+      em.apply(tracker);
+      const flipped = { ...conditions, [field]: !conditions[field] };
+      const s2 = slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"], conditions: flipped }], [
+        tcp("p", 80),
+      ]);
+      assert.equal(tracker.endpointSliceUpdate(s2, false), true, field);
+      em.apply(tracker);
+      assert.equal(em.get(key("ns1", "svc1", "p"))![0][field], flipped[field], field);
+    }
   });
 
   it("collapses a change and its revert, and an add and its delete", () => {
@@ -409,6 +534,35 @@ describe("EndpointsChangeTracker: change detection", () => {
       endpoint: "10.0.0.1:53",
       ip: "10.0.0.1",
     }]);
+  });
+
+  it("reports the UDP endpoints a Service of several slices loses, change after change", () => {
+    const { tracker, em } = setup();
+    const udp: EndpointPort = { name: "dns", port: 53, protocol: "UDP" };
+    const s = (name: string, ips: string[]) =>
+      slice("ns1", "dns", name, ips.map((ip) => ({ addresses: [ip] })), [udp]);
+    const gone = (ip: string) => ({
+      servicePortKey: key("ns1", "dns", "dns", "UDP"),
+      endpoint: `${ip}:53`,
+      ip,
+    });
+    tracker.endpointSliceUpdate(s("a", ["10.0.0.1", "10.0.0.2"]), false);
+    tracker.endpointSliceUpdate(s("b", ["10.0.0.3", "10.0.0.2"]), false);
+    tracker.endpointSliceUpdate(s("c", ["10.0.0.4"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, []);
+    tracker.endpointSliceUpdate(s("b", ["10.0.0.2"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.3")]);
+    // 10.0.0.2 is still in slice a: not gone.
+    tracker.endpointSliceUpdate(s("b", []), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, []);
+    tracker.endpointSliceUpdate(s("a", ["10.0.0.1"]), false);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.2")]);
+    tracker.endpointSliceUpdate(s("c", []), true);
+    tracker.endpointSliceUpdate(s("b", []), true);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.4")]);
+    tracker.endpointSliceUpdate(s("a", []), true);
+    assert.deepEqual(em.apply(tracker).deletedUDPEndpoints, [gone("10.0.0.1")]);
+    assert.equal(em.size, 0);
   });
 
   it("counts distinct local ready IPs per Service, never terminating ones", () => {
@@ -577,6 +731,116 @@ describe("EndpointsChangeTracker: scale", () => {
     assert.deepEqual([...result.updatedServices], [key("ns", "svc777", "p")]);
     assert.equal(em.size, 10000);
     assert.deepEqual(em.get(key("ns", "svc777", "p"))?.map((e) => e.ip), ["10.0.0.2", "10.1.3.9"]);
+  });
+});
+
+describe("EndpointSliceCache: shared port lists", () => {
+  const udp = (name: string, port: number): EndpointPort => ({ name, port, protocol: "UDP" });
+
+  it("keeps one copy of each distinct port list, whatever order a slice lists its ports in", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const ep = [{ addresses: ["10.0.0.1"] }];
+    cache.updatePending(slice("ns1", "a", "a-1", ep, [tcp("http", 8080), udp("dns", 53)]), false);
+    cache.updatePending(slice("ns1", "b", "b-1", ep, [udp("dns", 53), tcp("http", 8080)]), false);
+    cache.updatePending(slice("ns2", "c", "c-1", ep, [tcp("http", 8080), udp("dns", 53)]), false);
+    assert.equal(cache.sharedPortLists(), 1);
+    cache.updatePending(slice("ns1", "d", "d-1", ep, [tcp("http", 8080)]), false);
+    cache.updatePending(slice("ns1", "e", "e-1", ep, [tcp("web", 8080)]), false);
+    assert.equal(cache.sharedPortLists(), 3);
+    const changes = cache.checkoutChanges();
+    assert.deepEqual(
+      changes.map((c) => [c.service, [...c.current.keys()]]),
+      [
+        ["ns1/a", ["ns1/a:dns/UDP", "ns1/a:http/TCP"]],
+        ["ns1/b", ["ns1/b:dns/UDP", "ns1/b:http/TCP"]],
+        ["ns1/d", ["ns1/d:http/TCP"]],
+        ["ns1/e", ["ns1/e:web/TCP"]],
+        ["ns2/c", ["ns2/c:dns/UDP", "ns2/c:http/TCP"]],
+      ],
+    );
+  });
+
+  it("stops sharing at the cap and still uses every slice's own ports", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const n = MAX_SHARED_PORT_LISTS + 10;
+    for (let i = 0; i < n; i++) {
+      cache.updatePending(
+        slice("ns1", `s${i}`, `s${i}-1`, [{ addresses: ["10.0.0.1"] }], [tcp("p", 1 + i)]),
+        false,
+      );
+    }
+    assert.equal(cache.sharedPortLists(), MAX_SHARED_PORT_LISTS);
+    const last = cache.checkoutChanges().find((c) => c.service === `ns1/s${n - 1}`)!;
+    assert.deepEqual(last.current.get(`ns1/s${n - 1}:p/TCP`)?.endpoints.map((e) => e.endpoint), [
+      `10.0.0.1:${n}`,
+    ]);
+  });
+});
+
+describe("PackedEndpointInfo", () => {
+  it("reads back every combination of the four conditions", () => {
+    for (let bits = 0; bits < 16; bits++) {
+      const [isLocal, ready, serving, terminating] = [1, 2, 4, 8].map((b) => (bits & b) !== 0);
+      const fields = {
+        ip: "fd00::1",
+        nodeName: "n",
+        zone: "z",
+        ready,
+        serving,
+        terminating,
+        zoneHints: ["z"],
+        nodeHints: null,
+      };
+      const ep = newEndpointInfo(fields, 8080, isLocal);
+      assert.ok(ep instanceof PackedEndpointInfo);
+      assert.deepEqual(plainEndpointInfo(ep), {
+        ip: "fd00::1",
+        port: 8080,
+        endpoint: "[fd00::1]:8080",
+        isLocal,
+        ready,
+        serving,
+        terminating,
+        zoneHints: ["z"],
+        nodeHints: null,
+        nodeName: "n",
+        zone: "z",
+      });
+      assert.ok(endpointInfoEqual(ep, plainEndpointInfo(ep)));
+      // Change detection compares own fields: the packed conditions must be one of them.
+      assert.ok(!sameValue(ep, newEndpointInfo({ ...fields, ready: !ready }, 8080, isLocal)));
+      assert.ok(sameValue(ep, newEndpointInfo({ ...fields }, 8080, isLocal)));
+    }
+  });
+});
+
+describe("parseServicePortKey", () => {
+  it("reads back the name of every key servicePortKey makes", () => {
+    for (const port of ["", "http", "p-1"]) {
+      for (const protocol of ["TCP", "UDP", "SCTP"] as const) {
+        const name = { namespace: "ns-1", name: "svc-2", port, protocol };
+        assert.deepEqual(parseServicePortKey(servicePortKey(name)), name);
+      }
+    }
+    for (const bad of ["", "ns", "ns/svc", "ns/svc/tcp", "/svc/TCP", "ns//TCP"]) {
+      assert.equal(parseServicePortKey(bad), null, bad);
+    }
+  });
+
+  it("gives EndpointsMap.portName of present keys only", () => {
+    const { tracker, em } = setup();
+    tracker.endpointSliceUpdate(
+      slice("ns1", "svc1", "s1", [{ addresses: ["10.0.0.1"] }], [tcp("p", 80)]),
+      false,
+    );
+    em.apply(tracker);
+    assert.deepEqual(em.portName(key("ns1", "svc1", "p")), {
+      namespace: "ns1",
+      name: "svc1",
+      port: "p",
+      protocol: "TCP",
+    });
+    assert.equal(em.portName(key("ns1", "svc1", "q")), undefined);
   });
 });
 

@@ -1,7 +1,12 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Service } from "../../../lib/k8s/objects.ts";
-import { formatValue, objectRef, servicePortsFromService } from "../../../lib/proxy/service_port.ts";
+import {
+  EMPTY_LIST,
+  formatValue,
+  objectRef,
+  servicePortsFromService,
+} from "../../../lib/proxy/service_port.ts";
 import type { IPFamily, ServicePortInfo } from "../../../lib/proxy/types.ts";
 
 type Spec = NonNullable<Service["spec"]>;
@@ -56,6 +61,31 @@ describe("servicePortsFromService: fields", () => {
       internalPolicyLocal: false,
       healthCheckNodePort: 0,
     }]);
+  });
+
+  it("shares the address lists among a Service's ports, and one frozen empty list among all", () => {
+    const ports = [{ name: "a", port: 80 }, { name: "b", port: 81 }];
+    const plain = build(svc("ns1", "svc1", { clusterIP: "172.30.0.41", ports })).ports;
+    const other = build(svc("ns1", "svc2", { clusterIP: "172.30.0.42", ports })).ports;
+    for (const p of [...plain, ...other]) {
+      assert.equal(p.externalIPs, EMPTY_LIST);
+      assert.equal(p.loadBalancerVIPs, EMPTY_LIST);
+      assert.equal(p.loadBalancerSourceRanges, EMPTY_LIST);
+    }
+    assert.ok(Object.isFrozen(EMPTY_LIST) && EMPTY_LIST.length === 0);
+    const lb = build(svc("ns1", "svc3", {
+      type: "LoadBalancer",
+      clusterIP: "172.30.0.43",
+      externalIPs: ["100.100.0.1"],
+      loadBalancerSourceRanges: ["192.0.2.0/24"],
+      ports: [{ name: "a", port: 80, nodePort: 30080 }, { name: "b", port: 81, nodePort: 30081 }],
+    }, { loadBalancer: { ingress: [{ ip: "100.64.0.1" }] } })).ports;
+    assert.deepEqual(lb[0].externalIPs, ["100.100.0.1"]);
+    assert.deepEqual(lb[0].loadBalancerVIPs, ["100.64.0.1"]);
+    assert.deepEqual(lb[0].loadBalancerSourceRanges, ["192.0.2.0/24"]);
+    assert.equal(lb[1].externalIPs, lb[0].externalIPs);
+    assert.equal(lb[1].loadBalancerVIPs, lb[0].loadBalancerVIPs);
+    assert.equal(lb[1].loadBalancerSourceRanges, lb[0].loadBalancerSourceRanges);
   });
 
   it('defaults the protocol to TCP and an unnamed port to ""', () => {
