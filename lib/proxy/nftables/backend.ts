@@ -172,22 +172,25 @@ export class NftablesBackend implements Provider {
     for (const w of result.warnings) o.log.warn(w);
     // A first sync into an empty or foreign table: bounded make-before-break transactions (sized by the
     // service ports already in the table), each made as it is applied.
-    const parts: Iterable<string> =
-      result.full && (listed === null || this.#firstSync) && !this.#boundedFailed
-        ? firstSyncTransactions(result.transaction, {
-          ...o.firstSyncSplit,
-          existingServicePorts: (listed?.chains ?? []).filter((c) =>
-            isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
-          ).length,
-        })
-        : [result.transaction];
+    // (From the chunks: the full sync's text is never joined into one string on this path.)
+    const split = result.full && (listed === null || this.#firstSync) && !this.#boundedFailed;
+    const parts: Iterable<string> = split
+      ? firstSyncTransactions(result.transactionChunks, {
+        ...o.firstSyncSplit,
+        existingServicePorts: (listed?.chains ?? []).filter((c) =>
+          isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
+        ).length,
+      })
+      : [result.transaction];
     const foreignBefore = result.full ? await o.host.foreignCommits() : null;
     let bytes = 0;
     let bounded = false;
+    // The whole transaction's length ("\n" after each chunk).
+    const whole = result.transactionChunks.reduce((n, c) => n + c.length + 1, 0);
     try {
       for (const part of parts) {
-        // Anything but the whole transaction is one of a bounded sequence.
-        bounded ||= part !== result.transaction;
+        // Anything but the whole transaction is one of a bounded sequence (each is shorter than it).
+        bounded ||= split && part.length !== whole;
         bytes += part.length;
         if (part !== "") await o.host.apply(part);
       }
@@ -207,10 +210,10 @@ export class NftablesBackend implements Provider {
     this.#boundedFailed = false;
     if (result.serviceCIDRsRewritten) {
       // The one fixed chain a partial sync rewrites: keep the drift fingerprint in step.
-      this.#fixedRules = new Map([...this.#fixedRules, ...fixedChainRules(result.transaction)]);
+      this.#fixedRules = new Map([...this.#fixedRules, ...fixedChainRules(result.transactionChunks)]);
     }
     if (result.full) {
-      this.#fixedRules = fixedChainRules(result.transaction);
+      this.#fixedRules = fixedChainRules(result.transactionChunks);
       // The full sync rewrote everything the fingerprint covers: known good unless someone else
       // committed while it ran.
       const foreignAfter = foreignBefore === null ? null : await o.host.foreignCommits();

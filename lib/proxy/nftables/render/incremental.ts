@@ -18,7 +18,7 @@ import { servicePortNameString } from "../../types.ts";
 import { categorizeEndpoints } from "../../topology.ts";
 import { compareEndpoints } from "../../endpoints.ts";
 import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.ts";
-import { NftTransaction } from "./transaction.ts";
+import { joinTransactionChunks, NftTransaction } from "./transaction.ts";
 import { localTrafficMatches } from "./local_traffic.ts";
 import { type ServicePortContext, writeServicePort } from "./service_port.ts";
 import { ElementWriter } from "./elements.ts";
@@ -65,8 +65,10 @@ export interface NftIncrementalWork {
 
 /** What an incremental sync produced. */
 export interface NftIncrementalResult {
-  /** The transaction ("" when nothing changed). */
+  /** The transaction ("" when nothing changed; a full sync's is joined from its chunks when first read). */
   readonly transaction: string;
+  /** The transaction as chunks of whole lines without their last newline (see NftRenderResult). */
+  readonly transactionChunks: readonly string[];
   readonly operations: number;
   /** True when this was a full sync (no earlier state, or node-level settings changed). */
   readonly full: boolean;
@@ -224,8 +226,14 @@ export class NftIncrementalRenderer {
     for (const [id, owners] of this.#owners) this.#setApplied(id, this.#winner(owners));
     for (const c of result.staleChains) this.#stale.add(c);
     for (const c of result.activeChains) this.#stale.delete(c);
+    // Only the chunks: the render result's state is garbage once this returns.
+    const chunks = result.transactionChunks;
+    let transaction: string | undefined;
     return {
-      transaction: result.transaction,
+      get transaction(): string {
+        return transaction ??= joinTransactionChunks(chunks);
+      },
+      transactionChunks: chunks,
       operations: result.operations,
       full: true,
       serviceCIDRsRewritten: false,
@@ -304,8 +312,10 @@ export class NftIncrementalRenderer {
     for (const s of [...dropped.sets].sort()) {
       if (!kept.sets.has(s)) lines.push(`delete set ${prefix} ${s}`);
     }
+    const chunk = lines.join("\n");
     return {
-      transaction: lines.length === 0 ? "" : lines.join("\n") + "\n",
+      transaction: lines.length === 0 ? "" : chunk + "\n",
+      transactionChunks: lines.length === 0 ? [] : [chunk],
       operations: lines.length,
       full: false,
       serviceCIDRsRewritten,

@@ -17,8 +17,9 @@
  * Applying the sequence leaves the same table as applying the full transaction at once
  * (tests/unit/proxy/nftables/incremental_test.ts).
  */
-import { isAffinitySetName, isServiceChainName } from "./names.ts";
+import { AFFINITY_SET_PREFIX } from "./names.ts";
 import { NFT_BASE_CHAINS } from "./setup.ts";
+import { joinTransactionChunks } from "./transaction.ts";
 
 const BASE_CHAINS = new Set(NFT_BASE_CHAINS.map((c) => c.name));
 
@@ -60,36 +61,65 @@ function wordAt(text: string, from: number, to: number): string {
   return text.slice(from, to);
 }
 
+/** The first space in `text[at, to)`, or -1 (also for `at` -1). */
+function spaceBefore(text: string, at: number, to: number): number {
+  const i = at < 0 ? -1 : text.indexOf(" ", at);
+  return i < 0 || i >= to ? -1 : i;
+}
+
+/** The object one line works on, read in place: its name is `text[nameFrom, nameTo)`. */
+interface LineObject {
+  verb: string;
+  kind: string;
+  nameFrom: number;
+  nameTo: number;
+}
+
 /**
  * The object the line `text[from, to)` works on: "chain", "rule", "set", "map", "element", "table", with
- * its name (the fifth word). Read in place with indexOf, the verb and kind as constants: the line itself
- * is never cut out of the transaction (a 10k-Service first sync has ~400k lines, 41 MB).
+ * its name (the fifth word), written into `o`. Read in place with indexOf, the verb and kind as constants,
+ * the name as offsets: neither the line nor its name is cut out of the transaction, and one `o` serves
+ * every line (a 10k-Service first sync has ~400k lines, 41 MB; a string and an object for each were
+ * ~100 MiB of garbage at once).
  */
-function objectOf(text: string, from: number, to: number): { verb: string; kind: string; name: string } {
-  const space = (at: number) => {
-    const i = at < 0 ? -1 : text.indexOf(" ", at);
-    return i < 0 || i >= to ? -1 : i;
-  };
+function objectOf(text: string, from: number, to: number, o: LineObject): LineObject {
+  const space = (at: number) => spaceBefore(text, at, to);
   const a = space(from);
   const b = a < 0 ? -1 : space(a + 1);
+  o.nameFrom = o.nameTo = 0;
   if (b < 0) {
-    return {
-      verb: a < 0 ? text.slice(from, to) : wordAt(text, from, a),
-      kind: a < 0 ? "" : text.slice(a + 1, to),
-      name: "",
-    };
+    o.verb = a < 0 ? text.slice(from, to) : wordAt(text, from, a);
+    o.kind = a < 0 ? "" : text.slice(a + 1, to);
+    return o;
   }
   const c = space(b + 1);
   const d = c < 0 ? -1 : space(c + 1);
   const e = d < 0 ? -1 : space(d + 1);
-  const name = d < 0 ? "" : text.slice(d + 1, e < 0 ? to : e);
-  return { verb: wordAt(text, from, a), kind: wordAt(text, a + 1, b), name };
+  if (d >= 0) {
+    o.nameFrom = d + 1;
+    o.nameTo = e < 0 ? to : e;
+  }
+  o.verb = wordAt(text, from, a);
+  o.kind = wordAt(text, a + 1, b);
+  return o;
+}
+
+/** isServiceChainName of the line's name, in place. */
+function namesServiceChain(text: string, o: LineObject): boolean {
+  const slash = text.indexOf("/", o.nameFrom);
+  return slash >= 0 && slash < o.nameTo;
+}
+
+/** isAffinitySetName of the line's name, in place. */
+function namesAffinitySet(text: string, o: LineObject): boolean {
+  return o.nameTo - o.nameFrom >= AFFINITY_SET_PREFIX.length &&
+    text.startsWith(AFFINITY_SET_PREFIX, o.nameFrom);
 }
 
 /** True for a line on a per-service chain or an affinity set (not an element, not a stale flush). */
-function isServiceLine(verb: string, kind: string, name: string): boolean {
-  if (kind === "chain" || kind === "rule") return isServiceChainName(name);
-  if (kind === "set") return isAffinitySetName(name) && verb === "add";
+function isServiceLine(text: string, o: LineObject): boolean {
+  if (o.kind === "chain" || o.kind === "rule") return namesServiceChain(text, o);
+  if (o.kind === "set") return o.verb === "add" && namesAffinitySet(text, o);
   return false;
 }
 
@@ -99,7 +129,10 @@ function isServiceLine(verb: string, kind: string, name: string): boolean {
  * has no more service ports than its first chunk would hold. (All at once: {@link firstSyncTransactions}
  * gives the same transactions one at a time.)
  */
-export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitOptions = {}): string[] {
+export function splitNFTablesFullSync(
+  transaction: string | readonly string[],
+  opts: FirstSyncSplitOptions = {},
+): string[] {
   return [...firstSyncTransactions(transaction, opts)];
 }
 
@@ -107,68 +140,87 @@ export function splitNFTablesFullSync(transaction: string, opts: FirstSyncSplitO
  * The transactions of {@link splitNFTablesFullSync}, made one at a time as they are applied: at 10k
  * Services the whole sequence is another 41 MB of text beside the transaction, and its lines as strings
  * more, all held for the ~40 s the kernel takes. Only the line offsets of the service ports' lines are
- * kept between transactions.
+ * kept between transactions. `transaction` is the text, or its chunks of whole lines each without its
+ * last newline (NftRenderResult.transactionChunks): read in place, the 41 MB are never joined into one
+ * string beside them.
  */
 export function* firstSyncTransactions(
-  transaction: string,
+  transaction: string | readonly string[],
   opts: FirstSyncSplitOptions = {},
 ): Generator<string, void, undefined> {
   const fixed = opts.servicePortsPerTransaction === undefined
     ? null
     : Math.max(1, opts.servicePortsPerTransaction);
-  const end = transaction.endsWith("\n") ? transaction.length - 1 : transaction.length;
+  const texts = typeof transaction === "string" ? [transaction] : transaction;
+  const o: LineObject = { verb: "", kind: "", nameFrom: 0, nameTo: 0 };
+  const ends = texts.map((t) => t.endsWith("\n") ? t.length - 1 : t.length);
   // (Stale chains are only flushed, after every service port's "add" lines: search from the end.)
+  let lastServiceText = -1;
   let lastServiceLineEnd = -1;
-  for (let to = end; to > 0;) {
-    const from = transaction.lastIndexOf("\n", to - 1) + 1;
-    const o = objectOf(transaction, from, to);
-    if (o.verb === "add" && isServiceLine(o.verb, o.kind, o.name)) {
-      lastServiceLineEnd = to;
-      break;
+  search: for (let t = texts.length - 1; t >= 0; t--) {
+    const text = texts[t];
+    for (let to = ends[t]; to > 0;) {
+      const from = text.lastIndexOf("\n", to - 1) + 1;
+      objectOf(text, from, to, o);
+      if (o.verb === "add" && isServiceLine(text, o)) {
+        lastServiceText = t;
+        lastServiceLineEnd = to;
+        break search;
+      }
+      if (from === 0) break;
+      to = from - 1;
     }
-    if (from === 0) break;
-    to = from - 1;
   }
   const prelude: string[] = [];
   const rest: string[] = [];
-  // The service ports' lines as [start, end) offsets; a group (one service port) begins at groupStart[g].
+  // The service ports' lines as [start, end) offsets into texts[lineText]; a group (one service port)
+  // begins at groupStart[g].
+  const lineText: number[] = [];
   const lineFrom: number[] = [];
   const lineTo: number[] = [];
   const groupStart: number[] = [];
   let prevWasChainDecl = false;
-  for (let from = 0; from <= end;) {
-    let to = transaction.indexOf("\n", from);
-    if (to < 0 || to > end) to = end;
-    if (to > from) {
-      const o = objectOf(transaction, from, to);
-      const line = () => transaction.slice(from, to);
-      if (o.kind === "table" && o.verb === "add") prelude.push(line());
-      // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
-      if (o.kind === "chain" && o.verb === "add" && !isServiceChainName(o.name) && !BASE_CHAINS.has(o.name)) {
-        prelude.push(line());
-      }
-      // Stale flushes come after the last service port's lines: they stay with the switch-over.
-      if (to <= lastServiceLineEnd && isServiceLine(o.verb, o.kind, o.name)) {
-        const chainDecl = o.kind === "chain";
-        // A service port starts with its chain declarations; its rules follow them.
-        if (groupStart.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) {
-          groupStart.push(lineFrom.length);
+  for (let t = 0; t < texts.length; t++) {
+    const text = texts[t];
+    const end = ends[t];
+    for (let from = 0; from <= end;) {
+      let to = text.indexOf("\n", from);
+      if (to < 0 || to > end) to = end;
+      if (to > from) {
+        objectOf(text, from, to, o);
+        if (o.kind === "table" && o.verb === "add") prelude.push(text.slice(from, to));
+        // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
+        if (
+          o.kind === "chain" && o.verb === "add" && !namesServiceChain(text, o) &&
+          !BASE_CHAINS.has(text.slice(o.nameFrom, o.nameTo))
+        ) {
+          prelude.push(text.slice(from, to));
         }
-        lineFrom.push(from);
-        lineTo.push(to);
-        prevWasChainDecl = chainDecl;
-      } else {
-        rest.push(line());
+        // Stale flushes come after the last service port's lines: they stay with the switch-over.
+        const beforeLast = t < lastServiceText || (t === lastServiceText && to <= lastServiceLineEnd);
+        if (beforeLast && isServiceLine(text, o)) {
+          const chainDecl = o.kind === "chain";
+          // A service port starts with its chain declarations; its rules follow them.
+          if (groupStart.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) {
+            groupStart.push(lineFrom.length);
+          }
+          lineText.push(t);
+          lineFrom.push(from);
+          lineTo.push(to);
+          prevWasChainDecl = chainDecl;
+        } else {
+          rest.push(text.slice(from, to));
+        }
       }
+      from = to + 1;
     }
-    from = to + 1;
   }
   const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
   const existing = opts.existingServicePorts ?? 0;
   const chunkAt = (written: number) => fixed ?? adaptiveChunk(existing + written, budget);
   const groups = groupStart.length;
   if (groups <= chunkAt(0)) {
-    yield transaction;
+    yield typeof transaction === "string" ? transaction : joinTransactionChunks(transaction);
     return;
   }
   yield prelude.join("\n") + "\n";
@@ -177,7 +229,7 @@ export function* firstSyncTransactions(
     const first = groupStart[g];
     const last = next < groups ? groupStart[next] : lineFrom.length;
     const lines: string[] = [];
-    for (let i = first; i < last; i++) lines.push(transaction.slice(lineFrom[i], lineTo[i]));
+    for (let i = first; i < last; i++) lines.push(texts[lineText[i]].slice(lineFrom[i], lineTo[i]));
     yield lines.join("\n") + "\n";
     g = next;
   }

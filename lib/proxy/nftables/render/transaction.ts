@@ -159,13 +159,25 @@ export class NftTransaction {
 
   /** The commands, one per line, each ending in "\n" ("" when empty). */
   toString(): string {
-    if (this.#operations === 0) return "";
-    const blocks = this.#lines.length === 0 ? this.#blocks : [...this.#blocks, this.#lines.join("\n")];
-    return blocks.join("\n") + "\n";
+    return joinTransactionChunks(this.chunks());
+  }
+
+  /**
+   * The commands as chunks of whole lines, each without its last newline (none when empty): what
+   * {@link joinTransactionChunks} makes one string of. At 10k Services that string is another 41 MB
+   * beside the chunks; consumers that read lines take the chunks.
+   */
+  chunks(): string[] {
+    return this.#lines.length === 0 ? [...this.#blocks] : [...this.#blocks, this.#lines.join("\n")];
   }
 
   /** The commands as lines (a copy). */
   lines(): string[] {
     return [...this.#blocks.flatMap((b) => b.split("\n")), ...this.#lines];
   }
+}
+
+/** The transaction text of {@link NftTransaction.chunks}' chunks: "\n"-joined, ending in "\n" ("" when none). */
+export function joinTransactionChunks(chunks: readonly string[]): string {
+  return chunks.length === 0 ? "" : chunks.join("\n") + "\n";
 }

@@ -13,6 +13,7 @@ import { nftFakeProxierInput } from "../../../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
 import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../../../lib/proxy/types.ts";
 import { renderNFTablesFullSync } from "../../../../lib/proxy/nftables/render/render.ts";
+import { joinTransactionChunks } from "../../../../lib/proxy/nftables/render/transaction.ts";
 import {
   type NftIncrementalInput,
   NftIncrementalRenderer,
@@ -139,6 +140,7 @@ for (const seed of [1, 2, 3, 4, 5, 6]) {
       for (let k = 0; k < n; k++) cluster.mutate(size);
       const res = r.sync(cluster.input(), cluster.changed);
       assert.equal(res.full, false);
+      assert.equal(joinTransactionChunks(res.transactionChunks), res.transaction);
       nft.run(res.transaction);
       cluster.changed.clear();
       // Upstream deletes stale chains in a later sync; do it now and then, and before comparing.
@@ -190,8 +192,10 @@ test("a full sync renders every service port; an unchanged sync writes nothing",
     full.transaction,
     renderNFTablesFullSync({ ...input, services: input.services.values() }).transaction,
   );
+  assert.equal(joinTransactionChunks(full.transactionChunks), full.transaction);
   const none = r.sync(cluster.input(), []);
   assert.equal(none.transaction, "");
+  assert.deepEqual(none.transactionChunks, []);
   assert.equal(r.work.servicePortsRendered, 30);
 });
 
@@ -286,17 +290,32 @@ for (const existing of [false, true]) {
       split.run(tx);
     }
     const input = after.input();
-    const full = renderNFTablesFullSync({
+    const rendered = renderNFTablesFullSync({
       ...input,
       services: input.services.values(),
       firstSync: true,
       existingChains: existing ? single.chains() : null,
       existingSets: existing ? single.sets() : null,
-    }).transaction;
+    });
+    const full = rendered.transaction;
+    assert.equal(joinTransactionChunks(rendered.transactionChunks), full);
     single.run(full);
 
     const parts = splitNFTablesFullSync(full, { servicePortsPerTransaction: 7 });
     assert.ok(parts.length >= 5, `${parts.length} transactions`);
+    // The same transactions from the text cut into chunks of whole lines anywhere (the renderer's are
+    // 4096 lines each): 1 line per chunk, a few, and every chunk boundary around the last service line.
+    const lines = full.slice(0, -1).split("\n");
+    for (const per of [1, 2, 37, 500, lines.length]) {
+      const chunks: string[] = [];
+      for (let i = 0; i < lines.length; i += per) chunks.push(lines.slice(i, i + per).join("\n"));
+      assert.deepEqual(
+        splitNFTablesFullSync(chunks, { servicePortsPerTransaction: 7 }),
+        parts,
+        `${per} per chunk`,
+      );
+      assert.deepEqual(splitNFTablesFullSync(chunks, { servicePortsPerTransaction: 10_000 }), [full]);
+    }
     for (const [i, part] of parts.entries()) {
       split.run(expandElementLists(part));
       assert.deepEqual(danglingJumps(split), [], `after transaction ${i + 1} of ${parts.length}`);

@@ -1,6 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { NftTransaction } from "../../../../../lib/proxy/nftables/render/transaction.ts";
+import {
+  joinTransactionChunks,
+  NftTransaction,
+} from "../../../../../lib/proxy/nftables/render/transaction.ts";
 
 test("NftTransaction: commands across many blocks keep their order, count and text", () => {
   const tx = new NftTransaction("ip", "kube-proxy");
@@ -22,6 +25,14 @@ test("NftTransaction: commands across many blocks keep their order, count and te
       assert.equal(tx.operations, i + 1);
       assert.deepEqual(tx.lines(), want);
       assert.equal(tx.toString(), want.join("\n") + "\n");
+      // Chunks of whole lines without their last newline, 4096 commands each but the last.
+      const chunks = tx.chunks();
+      assert.equal(chunks.length, Math.ceil((i + 1) / 4096));
+      assert.deepEqual(
+        chunks.map((c) => c.split("\n").length),
+        chunks.map((_, k) => Math.min(4096, i + 1 - k * 4096)),
+      );
+      assert.equal(joinTransactionChunks(chunks), tx.toString());
     }
   }
 });
@@ -30,5 +41,7 @@ test("NftTransaction: an empty transaction is the empty string", () => {
   const tx = new NftTransaction("ip6", "kube-proxy");
   assert.equal(tx.toString(), "");
   assert.deepEqual(tx.lines(), []);
+  assert.deepEqual(tx.chunks(), []);
+  assert.equal(joinTransactionChunks([]), "");
   assert.equal(tx.operations, 0);
 });

@@ -1,0 +1,57 @@
+/**
+ * Where a first nftables sync's peak RSS comes from, step by step, in-process (no kernel): the model, the
+ * full render (NftIncrementalRenderer, its cache copied by compactCache), the first bounded transaction
+ * (firstSyncTransactions' scan of the whole text), the rest of the bounded sequence. Each step prints the
+ * heap (after a collection only where said), VmRSS and the VmHWM reached during that step: the peak is reset
+ * before each step (`echo 5 > /proc/self/clear_refs`). Nothing here applies the transactions, so nothing
+ * collects between them (the agent's nft session does every 4 MiB): the last step's peak is not the
+ * agent's. Bun only, Linux; figures only, asserts nothing:
+ *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000]
+ */
+import process from "node:process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { syntheticCluster } from "./synthetic_cluster.ts";
+import { buildClusterModel } from "./cluster_model.ts";
+import { nftRenderInputFor } from "./nftables_model.ts";
+import { round } from "./stats.ts";
+import { NftIncrementalRenderer } from "../lib/proxy/nftables/render/incremental.ts";
+import { firstSyncTransactions } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
+import { releaseMemory } from "../lib/runtime/memory.ts";
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
+}
+
+const MiB = 2 ** 20;
+
+/** One step's figures; resets the peak for the next step. */
+function step(label: string, collect = false): void {
+  if (collect) releaseMemory();
+  const status = readFileSync("/proc/self/status", "utf8");
+  const kib = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1]) / 1024;
+  const heap = process.memoryUsage().heapUsed / MiB;
+  console.log(
+    `${label.padEnd(34)} heap ${round(heap, 1)} MiB${collect ? " (collected)" : ""}, ` +
+      `VmRSS ${round(kib("VmRSS"), 1)}, step's VmHWM ${round(kib("VmHWM"), 1)}`,
+  );
+  writeFileSync("/proc/self/clear_refs", "5");
+}
+
+const services = Number(arg("services", "10000"));
+const model = buildClusterModel(syntheticCluster({ services }));
+const input = { ...nftRenderInputFor(model), services: model.services };
+step("model", true);
+const renderer = new NftIncrementalRenderer();
+const full = renderer.sync(input, null);
+step(`full render (${round(full.transactionChunks.reduce((n, c) => n + c.length + 1, 0) / 1e6, 1)} MB)`);
+let parts = 0;
+let bytes = 0;
+for (const part of firstSyncTransactions(full.transactionChunks)) {
+  parts++;
+  bytes += part.length;
+  if (parts === 1) step("first bounded transaction");
+}
+step(`the other ${parts - 1} (${round(bytes / 1e6, 1)} MB in all)`);
+step("settled", true);
+(globalThis as Record<string, unknown>).benchKeep = [model, renderer, full];
