@@ -182,7 +182,8 @@ export class LineSplitter {
   }
 }
 
-function concatBytes(parts: Uint8Array[], total: number): Uint8Array {
+/** `parts` as one array of `total` bytes (the part itself when there is one). */
+export function concatBytes(parts: readonly Uint8Array[], total: number): Uint8Array {
   if (parts.length === 1) return parts[0];
   const out = new Uint8Array(total);
   let off = 0;

@@ -17,6 +17,7 @@
  * item seems to begin ({@link TryItemsHandler}): when they parse as whole items they are not scanned at
  * all, so of a compact apiserver List only about one item per chunk is scanned byte by byte.
  */
+import { concatBytes } from "./bounded_read.ts";
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -305,7 +306,7 @@ export class ListScanner {
         `the body ended inside the items array (after ${this.#count} items, ${this.#offset} bytes): truncated`,
       );
     }
-    const out = concat(this.#skeleton, this.#skeletonBytes);
+    const out = concatBytes(this.#skeleton, this.#skeletonBytes);
     this.#skeleton = [];
     this.#skeletonBytes = 0;
     return out;
@@ -332,7 +333,7 @@ export class ListScanner {
     if (this.#elemParts.length === 0) bytes = chunk.subarray(start, end);
     else {
       this.#elemParts.push(chunk.subarray(start, end));
-      bytes = concat(this.#elemParts, this.#elemBytes + end - start);
+      bytes = concatBytes(this.#elemParts, this.#elemBytes + end - start);
       this.#elemParts = [];
       this.#elemBytes = 0;
     }
@@ -350,15 +351,4 @@ export class ListScanner {
     this.#skeleton.push(chunk.slice(start, end));
     this.#skeletonBytes += end - start;
   }
-}
-
-function concat(parts: Uint8Array[], total: number): Uint8Array {
-  if (parts.length === 1) return parts[0];
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const p of parts) {
-    out.set(p, off);
-    off += p.length;
-  }
-  return out;
 }

@@ -91,6 +91,11 @@ interface SliceEntry {
   readonly portless: readonly EndpointFields[] | null;
 }
 
+/** The ServicePortName of `port` of the Service `t` tracks. */
+function portNameOf(t: ServiceTracker, port: EndpointSlicePort): ServicePortName {
+  return { namespace: t.namespace, name: t.name, port: port.name, protocol: port.protocol };
+}
+
 /** The endpoints of `entry` on its port `p`. */
 function endpointsOnPort(entry: SliceEntry, p: number): readonly EndpointInfo[] {
   return entry.ports.length === 1
@@ -495,13 +500,7 @@ export class EndpointSliceCache {
     // Slice order is fixed (by name) so that ties below resolve the same way every time.
     for (const entry of appliedOf(t)) {
       for (let p = 0; p < entry.ports.length; p++) {
-        const port = entry.ports[p];
-        const name: ServicePortName = {
-          namespace: t.namespace,
-          name: t.name,
-          port: port.name,
-          protocol: port.protocol,
-        };
+        const name = portNameOf(t, entry.ports[p]);
         const key = servicePortKey(name);
         let group = byPort.get(key);
         if (group === undefined) {
@@ -534,13 +533,7 @@ export class EndpointSliceCache {
       const endpoints = endpointsOnPort(entry, p);
       if (endpoints.length === 0) continue;
       if (hasDuplicate(endpoints)) return this.#endpointsOfMany(t);
-      const port = entry.ports[p];
-      const name: ServicePortName = {
-        namespace: t.namespace,
-        name: t.name,
-        port: port.name,
-        protocol: port.protocol,
-      };
+      const name = portNameOf(t, entry.ports[p]);
       groups.push([servicePortKey(name), { name, endpoints }]);
     }
     groups.sort((a, b) => a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
