@@ -82,7 +82,9 @@ function sync(): RenderState {
   const result = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
   report(`full render (${round(performance.now() - t0)} ms)`);
   t0 = performance.now();
-  const plan = planSections(result.sections!, result.payloadChunks, { backend: "nf_tables" });
+  // As the agent's backend: the whole payload's chunks only if the planner reads them (it does not).
+  const payload = { [Symbol.iterator]: () => result.payloadChunks[Symbol.iterator]() };
+  const plan = planSections(result.sections!, payload, { backend: "nf_tables" });
   report(`plan (${round(performance.now() - t0)} ms)`);
   let chars = 0;
   for (const c of payloadChunksOf(plan)) chars += c.length;
