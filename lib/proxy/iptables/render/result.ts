@@ -113,18 +113,24 @@ export function rulesTotalOf(
   return { filter, nat };
 }
 
+/** A payload whose chunks are made when first asked for. */
+export interface LazyChunks {
+  /** Makes the chunks (called at most once). */
+  render(): readonly string[];
+  /** Characters of the payload, without keeping its chunks. */
+  length(): number;
+}
+
 /**
- * A RenderResult whose `payload` is joined from its chunks on first read: `chunks`, or what `render`
- * returns when first asked for them. `length` gives `payloadLength` while the chunks are not made.
+ * A RenderResult whose `payload` is joined from its chunks on first read: `chunks`, or what a LazyChunks
+ * renders when they are first asked for.
  */
 export function resultWithPayload(
   fields: Omit<RenderResult, "payload" | "payloadChunks" | "payloadLength">,
-  chunks: readonly string[] | { render: () => readonly string[]; length: () => number },
+  chunks: readonly string[] | LazyChunks,
 ): RenderResult {
-  let lazy = Array.isArray(chunks)
-    ? null
-    : chunks as { render: () => readonly string[]; length: () => number };
-  let parts: readonly string[] | null = lazy === null ? chunks as readonly string[] : null;
+  let lazy = "render" in chunks ? chunks : null;
+  let parts: readonly string[] | null = "render" in chunks ? null : chunks;
   let text: string | null = null;
   const made = (): readonly string[] => {
     if (text !== null) return [text];
