@@ -7,8 +7,10 @@
  * before a forced GC show what the render leaves behind; note that heap size and extra memory are only
  * recounted by a collection. Bun only (bun:jsc).
  *
- *   ./node_modules/.bin/bun bench/render_peak.ts [--services=10000] [--types] [--lib=<another lib/>]
+ *   ./node_modules/.bin/bun bench/render_peak.ts [--services=10000] [--types] [--lib=<another lib/>] [--paced]
  *
+ * `--paced`: the event loop turns every 4 chunks of the drain, as while the stdin writer waits for
+ * iptables-restore (a renderer that renders as it is drained can then be collected meanwhile).
  * `--types`: the 12 most numerous object types with the result kept (after a GC). `--lib`: the renderer
  * and planner of another checkout (before/after figures; e.g. `git archive <commit> lib | tar -x -C dir`).
  * RSS figures move with the allocator's page purging (MIMALLOC_PURGE_DELAY=0 steadies them): compare
@@ -31,6 +33,7 @@ const { values } = parseArgs({
     services: { type: "string", default: "10000" },
     types: { type: "boolean", default: false },
     lib: { type: "string", default: "" },
+    paced: { type: "boolean", default: false },
   },
 });
 const lib = values.lib === "" ? new URL("../lib/", import.meta.url).pathname : resolve(values.lib) + "/";
@@ -72,21 +75,29 @@ function report(name: string): void {
 }
 
 const n = Number(values.services);
+const paced = values.paced;
 const model = buildClusterModel(syntheticCluster({ services: n }));
 bun.gc(true);
 report("model built (after GC)");
 writeFileSync("/proc/self/clear_refs", "5");
 /** The agent's path for one full sync; returns what the sync keeps (the render state). */
-function sync(): RenderState {
+async function sync(): Promise<RenderState> {
   let t0 = performance.now();
   const result = renderIptablesRules(renderInputFor(model, { full: true, existingNatChains: new Set() }));
   report(`full render (${round(performance.now() - t0)} ms)`);
   t0 = performance.now();
-  const plan = planSections(result.sections!, result.payloadChunks, { backend: "nf_tables" });
+  // As the agent's backend: the whole payload's chunks only if the planner reads them (it does not).
+  const payload = { [Symbol.iterator]: () => result.payloadChunks[Symbol.iterator]() };
+  const plan = planSections(result.sections!, payload, { backend: "nf_tables" });
   report(`plan (${round(performance.now() - t0)} ms)`);
   let chars = 0;
-  for (const c of payloadChunksOf(plan)) chars += c.length;
-  report(`drained (${mib(chars)} MiB)`);
+  let chunks = 0;
+  for (const c of payloadChunksOf(plan)) {
+    chars += c.length;
+    // As the stdin writer does, waiting for 'drain' (--paced): the event loop turns between chunks.
+    if (paced && ++chunks % 4 === 0) await new Promise((r) => setTimeout(r, 0));
+  }
+  report(`drained (${mib(chars)} MiB${paced ? ", paced" : ""})`);
   bun.gc(true);
   report("after GC (result, plan kept)");
   if (values.types) {
@@ -96,7 +107,7 @@ function sync(): RenderState {
   return result.state;
 }
 
-const state = sync();
+const state = await sync();
 // What a sync keeps: the render state (for partial syncs and the drift check), not the payload or plan.
 // Collected from a later task, so no stale stack slot of sync() keeps the result alive.
 await new Promise((r) => setTimeout(r, 10));

@@ -19,9 +19,10 @@ export interface IptablesHost {
   /**
    * iptables-restore --noflush --counters of the payload, given as chunks that each end with "\n" (no line
    * spans two chunks; a single string is one chunk); throws with the failing line on error. `sections`
-   * (RenderResult.sections) is the same payload split for the restore planner; a host may ignore it.
+   * (RenderResult.sections) is the same payload split for the restore planner; a host may ignore it. The
+   * chunks are made when first iterated: a host that plans from `sections` never makes them.
    */
-  restore(payload: string | readonly string[], sections?: SectionedPayload | null): Promise<void>;
+  restore(payload: string | Iterable<string>, sections?: SectionedPayload | null): Promise<void>;
   /** Chains now in the nat table, or null when they cannot be read (dry-run). */
   natChains(): Promise<Set<string> | null>;
   /**
@@ -106,7 +107,10 @@ export class IptablesBackend implements Provider {
         // Full syncs rewrite everything but reuse the state's hashes for unchanged service ports.
       }, this.#renderState);
       for (const w of result.warnings) o.log.warn(w);
-      await o.host.restore(result.payloadChunks, result.sections);
+      // The chunks only if the host reads them: planned from the sections, the per-service chains are
+      // rendered as iptables-restore takes them, never held whole (the first sync's peak memory).
+      const r = result;
+      await o.host.restore({ [Symbol.iterator]: () => r.payloadChunks[Symbol.iterator]() }, result.sections);
       // Jump rules after the restore (make-before-break): the built-in chains then jump into fully
       // populated chains, and the first rules are programmed without waiting for the base-rule reads.
       if (full) await o.host.ensureBaseRules();
@@ -128,7 +132,7 @@ export class IptablesBackend implements Provider {
     o.metrics.iptablesRulesTotal.set({ ...fam, table: "nat" }, result.rulesTotal.nat);
     return {
       kind: result.mode,
-      bytes: payloadLength(result.payloadChunks),
+      bytes: result.payloadLength,
       noLocalEndpoints: result.noLocalEndpoints,
     };
   }
@@ -145,11 +149,4 @@ export class IptablesBackend implements Provider {
     }
     return this.#detector.detector;
   }
-}
-
-/** Characters in a chunked payload (reading `RenderResult.payload` would join the chunks). */
-function payloadLength(chunks: readonly string[]): number {
-  let n = 0;
-  for (const c of chunks) n += c.length;
-  return n;
 }

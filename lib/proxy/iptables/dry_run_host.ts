@@ -15,7 +15,7 @@ function shellQuote(arg: string): string {
 export function createDryRunHost(family: IPFamily, write: (text: string) => void): IptablesHost {
   const bin = family === "IPv4" ? "iptables" : "ip6tables";
   return {
-    restore(payload: string | readonly string[]): Promise<void> {
+    restore(payload: string | Iterable<string>): Promise<void> {
       // Chunk by chunk: a 10k-Service payload is never joined into one string just to be printed.
       write(`# ${bin}-restore -w 5 -W 100000 --noflush --counters <<EOF\n`);
       for (const chunk of typeof payload === "string" ? [payload] : payload) write(chunk);

@@ -26,7 +26,7 @@ export type RestoreContent = readonly TableContent[];
 /**
  * A full render's payload in the two parts the planner treats differently, so that it reads back only
  * the small one: the per-service nat chains, already grouped by service port (`segments`), and the rest
- * (`shared`: the tables, the shared, fixed and stale chains). Both hold the payload's own chunks.
+ * (`shared`: the tables, the shared, fixed and stale chains).
  */
 export interface SectionedPayload {
   /**
@@ -38,16 +38,25 @@ export interface SectionedPayload {
   readonly segments: readonly ServiceChainSegment[];
 }
 
-/** Whole service ports' own nat chains: declarations and rules as text, with their counts. */
+/**
+ * Whole service ports' own nat chains: their counts, and their text rendered on demand, so that a plan
+ * streams them into iptables-restore as it writes them and the payload's bulk is never held whole.
+ */
 export interface ServiceChainSegment {
+  /** Chains declared (lines of the text's `decls`). */
+  readonly chains: number;
+  /** Lines of the text's `rules`. */
+  readonly ruleLines: number;
+  /** Renders the text; every call renders it anew (the same text), nothing is kept. */
+  text(): SegmentText;
+}
+
+/** A segment's text. */
+export interface SegmentText {
   /** ":NAME - [0:0]" lines, each ending with "\n". */
   readonly decls: string;
   /** The "-A NAME …" lines of those chains, each ending with "\n". */
   readonly rules: string;
-  /** Chains declared (lines of `decls`). */
-  readonly chains: number;
-  /** Lines of `rules`. */
-  readonly ruleLines: number;
 }
 
 /** Thrown by `parseRestorePayload` for a payload it cannot plan (the caller then restores it as is). */

@@ -24,8 +24,10 @@
  * The payload is read back into tables and chains by restore_content.ts; this file orders and packs them.
  * A full render also hands its per-service chains already grouped by service port (SectionedPayload):
  * `planSections` then reads back only the rest (tables, shared and fixed chains: a few percent of the
- * lines) and packs the render's own segments of text into step 3's transactions, so no per-line string
- * of the per-service chains is made and the plan streams the render's chunks themselves.
+ * lines) and packs the render's segments into step 3's transactions by their counts alone. Their text is
+ * rendered as each transaction is streamed, so no per-line string of the per-service chains is made and
+ * only one transaction's text exists at a time (a segment over the bounds by itself is read back into
+ * chains when planned).
  */
 import { isServiceChainName } from "./chain_names.ts";
 import type { IptablesRunner, RestorePayload } from "./runner.ts";
@@ -59,9 +61,9 @@ export interface RestoreTransaction {
   readonly lines: readonly string[];
   /**
    * The same lines as chunks of whole lines, each ending with "\n", when the transaction was packed from
-   * a render's segments (`planSections`): they are streamed as they are.
+   * a render's segments (`planSections`): rendered on each iteration and streamed as they are.
    */
-  readonly text?: readonly string[];
+  readonly text?: Iterable<string>;
   /** Chains declared in this transaction. */
   readonly chainCount: number;
 }
@@ -386,7 +388,8 @@ function segmentTransactions(
     const segLines = seg.chains + seg.ruleLines;
     if (seg.chains > maxChains || segLines > maxLines) {
       flush();
-      const [content] = parseRestorePayload([`*${table}\n`, seg.decls, seg.rules, "COMMIT\n"]);
+      const { decls, rules } = seg.text();
+      const [content] = parseRestorePayload([`*${table}\n`, decls, rules, "COMMIT\n"]);
       out.push(...planNat(content, maxChains, maxLines));
       continue;
     }
@@ -399,13 +402,31 @@ function segmentTransactions(
   return out;
 }
 
-/** A nat-services transaction of whole segments, streamed as their text; `lines` is split on read. */
+/**
+ * A nat-services transaction of whole segments, streamed as their text: the segments are rendered when
+ * the transaction is iterated (one transaction's text at a time), never kept; `lines` is split on read.
+ */
 function textTransaction(
   table: string,
   segs: readonly ServiceChainSegment[],
   chainCount: number,
 ): RestoreTransaction {
-  const text = [...segs.map((s) => s.decls), ...segs.map((s) => s.rules)];
+  const text: Iterable<string> = {
+    *[Symbol.iterator]() {
+      // Declarations first (each yielded as its segment is rendered), then the rules held meanwhile.
+      const rules: string[] = [];
+      for (const s of segs) {
+        const t = s.text();
+        rules.push(t.rules);
+        yield t.decls;
+      }
+      for (let i = 0; i < rules.length; i++) {
+        const r = rules[i];
+        rules[i] = ""; // let go once written
+        yield r;
+      }
+    },
+  };
   return {
     table,
     step: "nat-services",

@@ -62,7 +62,7 @@ function fakeHost(): Fake {
           return Promise.reject(new Error("iptables-restore failed (IPv4): line 3: boom"));
         }
         f.chunked.push(typeof p !== "string");
-        f.payloads.push(typeof p === "string" ? p : p.join(""));
+        f.payloads.push(typeof p === "string" ? p : [...p].join(""));
         return Promise.resolve();
       },
       natChains: () => Promise.resolve(new Set(["KUBE-SERVICES", "KUBE-SVC-LEFTOVER0000000"])),

@@ -24,7 +24,7 @@ function newProxier() {
   const warnings: string[] = [];
   const host: IptablesHost = {
     restore: (p) => {
-      payloads.push(typeof p === "string" ? p : p.join(""));
+      payloads.push(typeof p === "string" ? p : [...p].join(""));
       return Promise.resolve();
     },
     natChains: () => Promise.resolve(new Set<string>()),

@@ -30,7 +30,7 @@ export class PayloadWriter {
 
   /**
    * `flushBytes`: a chunk is cut at the end of the first line that brings it to this many bytes; Infinity
-   * leaves every cut to the caller (`cut`), e.g. so that chunks end where a service port's chains do.
+   * leaves every cut to the caller (`take`), e.g. so that text ends where a service port's chains do.
    */
   constructor(flushBytes = FLUSH_BYTES) {
     this.#flushBytes = flushBytes;
@@ -78,16 +78,17 @@ export class PayloadWriter {
     for (const l of ls) this.line(l);
   }
 
-  /** Lines written since the last chunk was cut. */
-  get pendingLines(): number {
-    return this.#pending;
-  }
-
-  /** Ends the current chunk here and returns it ("" when no line is pending; nothing is added then). */
-  cut(): string {
+  /**
+   * The pending lines as one string, not kept ("" when none): for a writer reused to render text on
+   * demand, whose chunks must not pile up in it.
+   */
+  take(): string {
     if (this.#pending === 0) return "";
-    this.#flush();
-    return this.#chunks[this.#chunks.length - 1];
+    const text = this.#buf.toString(this.#utf8 ? "utf8" : "latin1", 0, this.#len);
+    this.#len = 0;
+    this.#pending = 0;
+    this.#utf8 = false;
+    return text;
   }
 
   /** Lines written so far. */

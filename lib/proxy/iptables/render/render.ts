@@ -23,7 +23,8 @@
  * updated from those alone. What remains O(all service ports) is copying two arrays of references and
  * integers. Full and upstream-partial syncs given a state of the same family reuse its hashes and facts
  * for the service ports whose objects did not change. The payload is built in flat chunks
- * (payload.ts), never as one array of every line.
+ * (payload.ts), never as one array of every line; a full or upstream-partial render's per-service chains
+ * are rendered from the facts only when read (full.ts), so a planned restore streams them.
  *
  * Where things are: this file is the entry point and the renderer's public API; input.ts and result.ts
  * are what goes in and out; context.ts the render-wide settings; service_port.ts derives one service

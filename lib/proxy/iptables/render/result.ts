@@ -43,12 +43,18 @@ export interface RenderResult {
    * payloadChunks joined on first read (which then drops the chunks).
    */
   readonly payload: string;
-  /** The payload as flat chunks of whole lines (~10-64 KB each); their concatenation is `payload`. */
-  readonly payloadChunks: readonly string[];
   /**
-   * Full and upstream-partial renders: the same chunks split into the per-service chains (grouped by
-   * service port) and the rest, for the restore planner (restore_plan.ts `planSections`), which then
-   * re-reads only the rest. Null for incremental renders.
+   * The payload as flat chunks of whole lines (~10-64 KB each); their concatenation is `payload`. Full and
+   * upstream-partial renders render their per-service chains' text only on the first read of this or of
+   * `payload` (then keep it); the restore planner streams it from `sections` instead.
+   */
+  readonly payloadChunks: readonly string[];
+  /** Characters of `payload`; reading it renders no text a restore of `sections` already streamed. */
+  readonly payloadLength: number;
+  /**
+   * Full and upstream-partial renders: the payload split into the per-service chains (grouped by service
+   * port, their text rendered on demand) and the rest, for the restore planner (restore_plan.ts
+   * `planSections`), which then re-reads only the rest. Null for incremental renders.
    */
   readonly sections: SectionedPayload | null;
   /** full: input.full; partial: upstream partial sync (no usable previous state); incremental: edits. */
@@ -107,24 +113,50 @@ export function rulesTotalOf(
   return { filter, nat };
 }
 
-/** A RenderResult whose `payload` is joined from `chunks` on first read. */
+/** A payload whose chunks are made when first asked for. */
+export interface LazyChunks {
+  /** Makes the chunks (called at most once). */
+  render(): readonly string[];
+  /** Characters of the payload, without keeping its chunks. */
+  length(): number;
+}
+
+/**
+ * A RenderResult whose `payload` is joined from its chunks on first read: `chunks`, or what a LazyChunks
+ * renders when they are first asked for.
+ */
 export function resultWithPayload(
-  fields: Omit<RenderResult, "payload" | "payloadChunks">,
-  chunks: readonly string[],
+  fields: Omit<RenderResult, "payload" | "payloadChunks" | "payloadLength">,
+  chunks: readonly string[] | LazyChunks,
 ): RenderResult {
-  let parts: readonly string[] | null = chunks;
+  let lazy = "render" in chunks ? chunks : null;
+  let parts: readonly string[] | null = "render" in chunks ? null : chunks;
   let text: string | null = null;
+  const made = (): readonly string[] => {
+    if (text !== null) return [text];
+    if (parts === null) {
+      parts = lazy!.render();
+      lazy = null;
+    }
+    return parts;
+  };
   return {
     ...fields,
     get payload(): string {
       if (text === null) {
-        text = parts!.join("");
+        text = made().join("");
         parts = null;
       }
       return text;
     },
     get payloadChunks(): readonly string[] {
-      return parts ?? [text!];
+      return made();
+    },
+    get payloadLength(): number {
+      if (lazy !== null) return lazy.length();
+      let n = 0;
+      for (const c of made()) n += c.length;
+      return n;
     },
   };
 }

@@ -11,7 +11,7 @@ import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from ".
 import { chainsForHash, endpointHashes, portProtoHash } from "../chain_names.ts";
 import { checkEndpoint, checkServicePort } from "./validate.ts";
 import { SHARED_CHAIN_COUNT, SharedRuleFlags, writeSharedRules } from "./shared_chains.ts";
-import { NoLocal, OWN_CHAIN_RULES_LENGTH, OwnChain, type ServicePortFacts } from "./state.ts";
+import { HASH_LENGTH, NoLocal, OWN_CHAIN_RULES_LENGTH, OwnChain, type ServicePortFacts } from "./state.ts";
 import type { Context } from "./context.ts";
 import {
   countOwnChains,
@@ -126,9 +126,7 @@ export function processServicePort(
   }
   const names = chainsForHash(hash);
   ctx.work.categorized++;
-  const cat = categorizeEndpoints(eps, svc, ctx.nodeName, ctx.nodeLabels, {
-    preferSameTrafficDistribution: ctx.preferSameTrafficDistribution,
-  });
+  const cat = categorize(ctx, svc, eps);
   const hasEndpoints = cat.hasAnyEndpoints;
   const usesClusterPolicyChain = cat.clusterEndpoints.length > 0 && usesClusterEndpoints(svc);
   const usesLocalPolicyChain = cat.localEndpoints.length > 0 && usesLocalEndpoints(svc);
@@ -189,6 +187,48 @@ export function processServicePort(
     chainRules,
     shared: internCounts(internedShared, ctx.counts),
   };
+}
+
+/**
+ * Writes the own chains of a service port from the facts a render derived for it (`f.problem` null) into
+ * `own`: the same text processServicePort writes when given `own`. Its endpoint categories are derived
+ * again (the facts keep only their outcome: flags, own chains, KUBE-SEP hashes); counts no work. Returns
+ * the number of rules written (f.ownRules).
+ */
+export function writeOwnChainsOf(ctx: Context, f: ServicePortFacts, own: OwnChainsOut): number {
+  const svc = f.svc;
+  const cat = categorize(ctx, svc, sortedByEndpoint(f.endpoints ?? EMPTY_ENDPOINTS));
+  return writeOwnChains(
+    ctx,
+    own,
+    svc,
+    servicePortNameString(svc.name),
+    svc.protocol.toLowerCase(),
+    chainsForHash(f.hash),
+    {
+      hasInternalEndpoints: (f.flags & SharedRuleFlags.HasInternalEndpoints) !== 0,
+      hasExternalEndpoints: (f.flags & SharedRuleFlags.HasExternalEndpoints) !== 0,
+      ownChains: f.ownChains,
+      clusterEndpoints: cat.clusterEndpoints,
+      localEndpoints: cat.localEndpoints,
+      reachable: cat.allReachableEndpoints,
+      seps: f.seps,
+    },
+  );
+}
+
+/** Own chains (KUBE-SVC/SVL/EXT/FW, one KUBE-SEP per reachable endpoint) that `f` declares. */
+export function ownChainCount(f: ServicePortFacts): number {
+  let n = f.seps.length / HASH_LENGTH;
+  for (let bits = f.ownChains; bits !== 0; bits &= bits - 1) n++;
+  return n;
+}
+
+/** `eps` (sorted) categorised for `svc` under the render's node and topology settings. */
+function categorize(ctx: Context, svc: ServicePortInfo, eps: readonly EndpointInfo[]) {
+  return categorizeEndpoints(eps, svc, ctx.nodeName, ctx.nodeLabels, {
+    preferSameTrafficDistribution: ctx.preferSameTrafficDistribution,
+  });
 }
 
 /** Why a service port cannot be written safely (its own fields, then its endpoints), or null. */

@@ -104,17 +104,18 @@ describe("RenderResult.sections", () => {
     const s = r.sections!;
     const fromSections = [
       ...lines(s.shared),
-      ...s.segments.flatMap((g) => lines([g.decls, g.rules])),
+      ...s.segments.flatMap((g) => lines([g.text().decls, g.text().rules])),
     ].sort();
     assert.deepEqual(fromSections, lines(r.payloadChunks).sort());
     assert.ok(s.segments.length > 1, `${s.segments.length} segments`);
     for (const g of s.segments) {
-      assert.equal(lines([g.decls]).length, g.chains);
-      assert.equal(lines([g.rules]).length, g.ruleLines);
-      assert.ok(lines([g.decls]).every((l) => /^:KUBE-(SVC|SVL|EXT|FW|SEP)-/.test(l)));
+      const { decls, rules } = g.text();
+      assert.equal(lines([decls]).length, g.chains);
+      assert.equal(lines([rules]).length, g.ruleLines);
+      assert.ok(lines([decls]).every((l) => /^:KUBE-(SVC|SVL|EXT|FW|SEP)-/.test(l)));
       // Every jump between per-service chains stays inside the segment.
-      const declared = new Set(lines([g.decls]).map((l) => l.slice(1, l.indexOf(" "))));
-      for (const l of lines([g.rules])) {
+      const declared = new Set(lines([decls]).map((l) => l.slice(1, l.indexOf(" "))));
+      for (const l of lines([rules])) {
         const target = / -j (KUBE-(?:SVC|SVL|EXT|FW|SEP)-\S+)/.exec(l)?.[1];
         if (target !== undefined) assert.ok(declared.has(target), `${l} leaves its segment`);
       }
@@ -215,7 +216,8 @@ describe("planSections", () => {
     const plan = planSections(first.sections!, first.payloadChunks);
     const streamed = new Set(payloadChunksOf(plan));
     for (const g of first.sections!.segments) {
-      assert.ok(streamed.has(g.decls) && streamed.has(g.rules));
+      const { decls, rules } = g.text();
+      assert.ok(streamed.has(decls) && streamed.has(rules));
     }
   });
 
@@ -236,6 +238,6 @@ describe("planSections", () => {
     await iptablesHost(runner).restore(first.payloadChunks, first.sections);
     const plan = await restorePlanned(runner, first.payloadChunks, {}, first.sections);
     assert.equal(written[0].join(""), payloadOf(plan!));
-    assert.ok(written[0].includes(first.sections!.segments[0].decls));
+    assert.ok(written[0].includes(first.sections!.segments[0].text().decls));
   });
 });
