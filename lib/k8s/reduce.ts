@@ -9,12 +9,16 @@
  * Pure: returns the object itself when there is nothing to drop, else a copy (the input is not changed).
  */
 import type { KubeObject } from "./store.ts";
+import type { EndpointValueTable } from "./endpoint_values.ts";
 
 /** kubectl's annotation holding the whole last applied manifest. */
 export const LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration";
 
-/** `obj` without the fields listed in the module comment. */
-export function reduceObject<T extends KubeObject>(obj: T): T {
+/**
+ * `obj` without the fields listed in the module comment; with `values`, an EndpointSlice's endpoints
+ * also hold the table's shared conditions objects and node and zone names (endpoint_values.ts).
+ */
+export function reduceObject<T extends KubeObject>(obj: T, values?: EndpointValueTable): T {
   let out = obj;
   const meta = obj.metadata as
     | (Record<string, unknown> & { annotations?: Record<string, string> })
@@ -34,15 +38,19 @@ export function reduceObject<T extends KubeObject>(obj: T): T {
     out = { ...out, metadata: rest };
   }
   const endpoints = (obj as { endpoints?: unknown }).endpoints;
-  if (obj.kind === "EndpointSlice" && Array.isArray(endpoints) && endpoints.some(hasTargetRef)) {
-    out = {
-      ...out,
-      endpoints: endpoints.map((e) => {
-        if (!hasTargetRef(e)) return e;
+  if (obj.kind === "EndpointSlice" && Array.isArray(endpoints)) {
+    let reduced: readonly unknown[] = endpoints;
+    const stripped = endpoints.some(hasTargetRef);
+    if (stripped) {
+      reduced = endpoints.map((e) => {
+        if (!hasTargetRef(e)) return { ...(e as Record<string, unknown>) };
         const { targetRef: _t, ...rest } = e as Record<string, unknown>;
         return rest;
-      }),
-    };
+      });
+    }
+    // Endpoints copied above are this function's own: the table may change them in place.
+    if (values !== undefined) reduced = values.share(reduced, stripped);
+    if (reduced !== endpoints) out = { ...out, endpoints: reduced };
   }
   return out;
 }

@@ -8,6 +8,7 @@ import type { ApiStats } from "./stats.ts";
 import { errorChain, type Logger } from "./transport.ts";
 import { type KubeObject, objectKey, ObjectStore, type StoreChange } from "./store.ts";
 import { reduceObject } from "./reduce.ts";
+import { EndpointValueTable } from "./endpoint_values.ts";
 
 /** The store, the handler and the synced promise of one resource; see the module header. */
 export class ResourceSink<T extends KubeObject> {
@@ -19,6 +20,8 @@ export class ResourceSink<T extends KubeObject> {
   readonly #handler: ResourceEventHandler<T>;
   readonly #log: Logger;
   readonly #stats: ApiStats | undefined;
+  /** Endpoint values shared between this resource's objects (only EndpointSlices have any). */
+  readonly #values = new EndpointValueTable();
 
   /** `store` defaults to a new empty store. */
   constructor(
@@ -64,10 +67,11 @@ export class ResourceSink<T extends KubeObject> {
       return {
         ok: reduceObject(
           { kind: this.spec.kind, apiVersion: apiVersion ?? this.spec.apiVersion, ...rest } as unknown as T,
+          this.#values,
         ),
       };
     }
-    return { ok: reduceObject(o as T) };
+    return { ok: reduceObject(o as T, this.#values) };
   }
 
   /**

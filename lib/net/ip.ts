@@ -142,6 +142,15 @@ export function parseIP(s: string, syntax: IPSyntax = "strict"): Uint8Array | nu
   return parseIPv4Into(s, 0, s.length, out, 0, legacy) ? out : null;
 }
 
+/**
+ * Parses `s` into `out` (4 bytes for IPv4, 16 for IPv6, as {@link parseIP} would return) and returns it,
+ * or null: for checks run once per endpoint, which need the bytes only for a moment (no allocation).
+ */
+export function parseIPInto(s: string, out4: Uint8Array, out16: Uint8Array): Uint8Array | null {
+  if (s.indexOf(":") !== -1) return parseIPv6Into(s, out16, false) ? out16 : null;
+  return parseIPv4Into(s, 0, s.length, out4, 0, false) ? out4 : null;
+}
+
 /** A strict dotted quad, for checks that need no bytes (same acceptance as the parser in strict syntax). */
 const IPV4_STRICT =
   /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;

@@ -6,11 +6,12 @@
  * inside the service CIDRs). With `--manifests` or a state cache edgeproxy is the only validator, so the core
  * applies the check to all four fields, whatever the object's source.
  */
-import { isLoopback, parseIP } from "./ip.ts";
+import { isLoopback, parseIPInto } from "./ip.ts";
 
 /** Go's net.IP.IsUnspecified: 0.0.0.0 or ::. */
 function isUnspecified(b: Uint8Array): boolean {
-  return b.every((x) => x === 0);
+  for (let i = 0; i < b.length; i++) if (b[i] !== 0) return false;
+  return true;
 }
 
 /** Go's net.IP.IsLinkLocalUnicast: 169.254.0.0/16 or fe80::/10. */
@@ -23,12 +24,16 @@ function isLinkLocalMulticast(b: Uint8Array): boolean {
   return b.length === 4 ? b[0] === 224 && b[1] === 0 && b[2] === 0 : b[0] === 0xff && (b[1] & 0x0f) === 0x02;
 }
 
+const V4 = new Uint8Array(4);
+const V6 = new Uint8Array(16);
+
 /**
  * Why `ip` (a normalised address, as lib/proxy's parseIP returns) may not be a Service external IP or an
  * endpoint address, or null when it may. One reason: the first upstream reports, in its words.
  */
 export function nonSpecialIPProblem(ip: string): string | null {
-  const b = parseIP(ip);
+  // Checked once per endpoint: the bytes go to scratch buffers (the function keeps none of them).
+  const b = parseIPInto(ip, V4, V6);
   if (b === null) return "must be a valid IP address";
   if (isUnspecified(b)) return "may not be unspecified";
   if (isLoopback(b)) return "may not be in the loopback range (127.0.0.0/8, ::1/128)";

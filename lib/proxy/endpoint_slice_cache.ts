@@ -189,6 +189,9 @@ export interface EndpointSliceCacheOptions {
 const PROTOCOLS: ReadonlySet<string> = new Set(["TCP", "UDP", "SCTP"]);
 const SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
+/** Stands for an absent `conditions` or `hints` (no object made per endpoint). */
+const NO_FIELDS: Readonly<Record<string, unknown>> = Object.freeze({});
+
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
@@ -218,6 +221,11 @@ export function endpointSliceKeys(slice: EndpointSlice): EndpointSliceKeys | str
   return { namespace, serviceName, sliceName: name };
 }
 
+function hasPort(ports: readonly EndpointSlicePort[], name: string, protocol: string): boolean {
+  for (const q of ports) if (q.name === name && q.protocol === protocol) return true;
+  return false;
+}
+
 function hintNames(list: unknown): string[] | null {
   if (!Array.isArray(list) || list.length === 0) return null;
   const names = new Set<string>();
@@ -234,32 +242,43 @@ export function endpointSliceDataFromSlice(
   family: IPFamily,
   warn: Warn,
 ): EndpointSliceData {
-  const ref = objectRef(slice.metadata?.namespace, slice.metadata?.name);
+  // Built only for a warning: this runs once per slice.
+  const ref = () => objectRef(slice.metadata?.namespace, slice.metadata?.name);
   const ports: EndpointSlicePort[] = [];
   const rawPorts = slice.ports ?? [];
   if (!Array.isArray(rawPorts)) {
-    warn(`ignoring ports of EndpointSlice ${ref}: must be a list (got ${formatValue(rawPorts)})`);
+    warn(`ignoring ports of EndpointSlice ${ref()}: must be a list (got ${formatValue(rawPorts)})`);
   } else {
-    const seen = new Set<string>();
-    rawPorts.forEach((p: unknown, i) => {
-      const skip = (why: string) => warn(`ignoring ports[${i}] of EndpointSlice ${ref}: ${why}`);
-      if (!isObject(p)) return skip(`must be an object (got ${formatValue(p)})`);
+    const skip = (i: number, why: string) => warn(`ignoring ports[${i}] of EndpointSlice ${ref()}: ${why}`);
+    for (let i = 0; i < rawPorts.length; i++) {
+      const p: unknown = rawPorts[i];
+      if (!isObject(p)) {
+        skip(i, `must be an object (got ${formatValue(p)})`);
+        continue;
+      }
       // The brief differs from upstream here: upstream skips a port whose name is nil; we read it as "".
       const name = p.name ?? "";
       if (name !== "" && !isDNSLabel(name)) {
-        return skip(`name: must be a DNS label (got ${formatValue(name)})`);
+        skip(i, `name: must be a DNS label (got ${formatValue(name)})`);
+        continue;
       }
       // Upstream skips ports with a nil or zero port ("TODO: handle nil ports to mean all").
-      if (!isPortNumber(p.port)) return skip(`port: must be 1-65535 (got ${formatValue(p.port)})`);
+      if (!isPortNumber(p.port)) {
+        skip(i, `port: must be 1-65535 (got ${formatValue(p.port)})`);
+        continue;
+      }
       const protocol = p.protocol ?? "TCP";
       if (typeof protocol !== "string" || !PROTOCOLS.has(protocol)) {
-        return skip(`protocol: must be TCP, UDP or SCTP (got ${formatValue(protocol)})`);
+        skip(i, `protocol: must be TCP, UDP or SCTP (got ${formatValue(protocol)})`);
+        continue;
       }
-      const key = `${name}/${protocol}`;
-      if (seen.has(key)) return skip(`duplicate port ${formatValue(name)}/${protocol}`);
-      seen.add(key);
+      // Slices have one or a few ports: a scan finds a duplicate without a set of keys.
+      if (hasPort(ports, name as string, protocol)) {
+        skip(i, `duplicate port ${formatValue(name)}/${protocol}`);
+        continue;
+      }
       ports.push({ name: name as string, port: p.port, protocol: protocol as Protocol });
-    });
+    }
   }
   ports.sort((a, b) =>
     a.port - b.port || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) ||
@@ -269,26 +288,41 @@ export function endpointSliceDataFromSlice(
   const endpoints: EndpointFields[] = [];
   const rawEndpoints = slice.endpoints ?? [];
   if (!Array.isArray(rawEndpoints)) {
-    warn(`ignoring endpoints of EndpointSlice ${ref}: must be a list (got ${formatValue(rawEndpoints)})`);
+    warn(`ignoring endpoints of EndpointSlice ${ref()}: must be a list (got ${formatValue(rawEndpoints)})`);
   } else {
-    rawEndpoints.forEach((ep: unknown, i) => {
-      const skip = (why: string) => warn(`ignoring endpoints[${i}] of EndpointSlice ${ref}: ${why}`);
-      if (!isObject(ep)) return skip(`must be an object (got ${formatValue(ep)})`);
+    // A plain loop with the warning built only when needed: this runs once per endpoint (65k at 10k
+    // Services), and a closure per endpoint was most of the model build's garbage.
+    const skip = (i: number, why: string) =>
+      warn(`ignoring endpoints[${i}] of EndpointSlice ${ref()}: ${why}`);
+    for (let i = 0; i < rawEndpoints.length; i++) {
+      const ep: unknown = rawEndpoints[i];
+      if (!isObject(ep)) {
+        skip(i, `must be an object (got ${formatValue(ep)})`);
+        continue;
+      }
       const addresses = ep.addresses;
       if (!Array.isArray(addresses) || addresses.length === 0) {
-        return skip(`addresses: must be a non-empty list (got ${formatValue(addresses)})`);
+        skip(i, `addresses: must be a non-empty list (got ${formatValue(addresses)})`);
+        continue;
       }
       // Only the first address is used (the API defines the others as fungible, and no one sets them).
       const ip = parseIP(addresses[0]);
-      if (ip === null) return skip(`addresses[0]: not a valid IP address (got ${formatValue(addresses[0])})`);
+      if (ip === null) {
+        skip(i, `addresses[0]: not a valid IP address (got ${formatValue(addresses[0])})`);
+        continue;
+      }
       if (ipFamilyOf(ip) !== family) {
-        return skip(`addresses[0]: not an ${family} address (got ${formatValue(addresses[0])})`);
+        skip(i, `addresses[0]: not an ${family} address (got ${formatValue(addresses[0])})`);
+        continue;
       }
       // Discovery validation refuses unspecified, loopback and link-local endpoint addresses.
       const problem = nonSpecialIPProblem(ip);
-      if (problem !== null) return skip(`addresses[0]: ${problem} (got ${formatValue(addresses[0])})`);
-      const c = isObject(ep.conditions) ? ep.conditions : {};
-      const hints = isObject(ep.hints) ? ep.hints : {};
+      if (problem !== null) {
+        skip(i, `addresses[0]: ${problem} (got ${formatValue(addresses[0])})`);
+        continue;
+      }
+      const c = isObject(ep.conditions) ? ep.conditions : NO_FIELDS;
+      const hints = isObject(ep.hints) ? ep.hints : NO_FIELDS;
       endpoints.push({
         ip,
         nodeName: typeof ep.nodeName === "string" ? ep.nodeName : "",
@@ -299,7 +333,7 @@ export function endpointSliceDataFromSlice(
         zoneHints: hintNames(hints.forZones),
         nodeHints: hintNames(hints.forNodes),
       });
-    });
+    }
   }
   return { ports, endpoints };
 }
@@ -462,13 +496,23 @@ export class EndpointSliceCache {
       return { name, ports: NO_PORTS, byPort: NO_ENDPOINTS, portless: data.endpoints };
     }
     const ports = this.#sharedPorts(data.ports);
-    const local = data.endpoints.map((ep) => this.nodeName !== "" && ep.nodeName === this.nodeName);
-    const onPort = (port: EndpointSlicePort) =>
-      data.endpoints.length === 0
-        ? NO_ENDPOINTS
-        : data.endpoints.map((ep, i) => newEndpointInfo(ep, port.port, local[i])).sort(compareEndpoints);
-    const byPort = ports.length === 1 ? onPort(ports[0]) : ports.map(onPort);
+    if (ports.length === 1) {
+      return { name, ports, byPort: this.#onPort(data.endpoints, ports[0]), portless: null };
+    }
+    const byPort = new Array<readonly EndpointInfo[]>(ports.length);
+    for (let i = 0; i < ports.length; i++) byPort[i] = this.#onPort(data.endpoints, ports[i]);
     return { name, ports, byPort, portless: null };
+  }
+
+  /** A slice's endpoints on one of its ports, sorted. */
+  #onPort(endpoints: readonly EndpointFields[], port: EndpointSlicePort): readonly EndpointInfo[] {
+    if (endpoints.length === 0) return NO_ENDPOINTS;
+    const out = new Array<EndpointInfo>(endpoints.length);
+    for (let i = 0; i < endpoints.length; i++) {
+      const ep = endpoints[i];
+      out[i] = newEndpointInfo(ep, port.port, this.nodeName !== "" && ep.nodeName === this.nodeName);
+    }
+    return out.sort(compareEndpoints);
   }
 
   /**

@@ -83,6 +83,8 @@ export function parseIP(raw: unknown): string | null {
 
 /** Family of an address returned by parseIP. */
 export function ipFamilyOf(ip: string): IPFamily {
+  // A dotted quad needs no parse (this runs once per endpoint and cluster IP).
+  if (isIPOfFamily(ip, false)) return "IPv4";
   return ipFamily(ip) === 6 ? "IPv6" : "IPv4";
 }
 
@@ -95,11 +97,19 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
+/** What an absent list reads as (shared: nothing writes to it). */
+const NO_ITEMS: readonly unknown[] = Object.freeze([]);
+
 /** Reads an optional array field; a present non-array is a Skip. */
-function optionalArray(v: unknown, field: string): unknown[] {
-  if (v === undefined || v === null) return [];
+function optionalArray(v: unknown, field: string): readonly unknown[] {
+  if (v === undefined || v === null) return NO_ITEMS;
   if (!Array.isArray(v)) throw new Skip(field, `must be a list (got ${formatValue(v)})`);
   return v;
+}
+
+/** Whether {@link optionalString} accepts `v` (without a field name to make). */
+function isOptionalString(v: unknown): v is string | undefined | null {
+  return v === undefined || v === null || typeof v === "string";
 }
 
 /** Reads an optional string field; a present non-string is a Skip. */
@@ -115,8 +125,7 @@ function optionalString(v: unknown, field: string): string {
  * normal), and for invalid Services (with one warning). Never throws.
  */
 export function servicePortsFromService(svc: Service, family: IPFamily, warn: Warn): ServicePortInfo[] {
-  const meta = isObject(svc) && isObject(svc.metadata) ? svc.metadata : undefined;
-  const ref = objectRef(meta?.namespace, meta?.name);
+  const ref = new ServiceRef(svc);
   try {
     return build(svc, family, ref, warn);
   } catch (e) {
@@ -130,7 +139,20 @@ export function servicePortsFromService(svc: Service, family: IPFamily, warn: Wa
   }
 }
 
-function build(svc: Service, family: IPFamily, ref: string, warn: Warn): ServicePortInfo[] {
+/**
+ * "namespace/name" of a Service for messages, made only when a message is (`${ref}`): Services are read
+ * at every list and change, and all but a few never warn.
+ */
+class ServiceRef {
+  constructor(private readonly svc: Service) {}
+
+  toString(): string {
+    const meta = isObject(this.svc) && isObject(this.svc.metadata) ? this.svc.metadata : undefined;
+    return objectRef(meta?.namespace, meta?.name);
+  }
+}
+
+function build(svc: Service, family: IPFamily, ref: ServiceRef, warn: Warn): ServicePortInfo[] {
   if (!isObject(svc)) throw new Skip("object", `not an object (got ${formatValue(svc)})`);
   if (!isObject(svc.metadata)) throw new Skip("metadata", "missing");
   const { namespace, name } = svc.metadata;
@@ -193,69 +215,78 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
     }
   }
 
-  const externalIPs = new Set<string>();
-  externalIPsSpec.forEach((raw, i) => {
-    const ip = parseIP(raw);
-    if (ip === null) {
-      // Upstream skips unparsable externalIPs (quietly when empty).
-      if (!(typeof raw === "string" && raw.trim() === "")) {
+  // Most Services have none of the three lists below: no set and no callback is made for an empty one.
+  const externalIPs = externalIPsSpec.length === 0 ? NO_STRINGS : new Set<string>();
+  if (externalIPsSpec.length > 0) {
+    externalIPsSpec.forEach((raw, i) => {
+      const ip = parseIP(raw);
+      if (ip === null) {
+        // Upstream skips unparsable externalIPs (quietly when empty).
+        if (!(typeof raw === "string" && raw.trim() === "")) {
+          warn(
+            `ignoring spec.externalIPs[${i}] of Service ${ref}: not a valid IP address (got ${
+              formatValue(raw)
+            })`,
+          );
+        }
+      } else if (ipFamilyOf(ip) === family) {
+        // The apiserver refuses these (ValidateNonSpecialIP): a loopback or link-local external IP would
+        // capture the node's own traffic to that address.
+        const problem = nonSpecialIPProblem(ip);
+        if (problem === null) externalIPs.add(ip);
+        else warn(`ignoring spec.externalIPs[${i}] of Service ${ref}: ${problem} (got ${formatValue(raw)})`);
+      }
+    });
+  }
+
+  const sourceRangesSpec = optionalArray(spec.loadBalancerSourceRanges, "spec.loadBalancerSourceRanges");
+  const loadBalancerSourceRanges = sourceRangesSpec.length === 0 ? NO_STRINGS : new Set<string>();
+  if (sourceRangesSpec.length > 0) {
+    sourceRangesSpec.forEach((raw, i) => {
+      // The API mistakenly allows whitespace padding; upstream trims it for backward compatibility.
+      const cidr = typeof raw === "string" ? parseCIDRLegacy(raw.trim()) : null;
+      if (cidr === null) {
         warn(
-          `ignoring spec.externalIPs[${i}] of Service ${ref}: not a valid IP address (got ${
+          `ignoring spec.loadBalancerSourceRanges[${i}] of Service ${ref}: not a valid CIDR (got ${
             formatValue(raw)
           })`,
         );
+      } else if ((cidr.family === 6 ? "IPv6" : "IPv4") === family) {
+        loadBalancerSourceRanges.add(formatCIDR(cidr));
       }
-    } else if (ipFamilyOf(ip) === family) {
-      // The apiserver refuses these (ValidateNonSpecialIP): a loopback or link-local external IP would
-      // capture the node's own traffic to that address.
-      const problem = nonSpecialIPProblem(ip);
-      if (problem === null) externalIPs.add(ip);
-      else warn(`ignoring spec.externalIPs[${i}] of Service ${ref}: ${problem} (got ${formatValue(raw)})`);
-    }
-  });
+    });
+  }
 
-  const loadBalancerSourceRanges = new Set<string>();
-  optionalArray(spec.loadBalancerSourceRanges, "spec.loadBalancerSourceRanges").forEach((raw, i) => {
-    // The API mistakenly allows whitespace padding; upstream trims it for backward compatibility.
-    const cidr = typeof raw === "string" ? parseCIDRLegacy(raw.trim()) : null;
-    if (cidr === null) {
-      warn(
-        `ignoring spec.loadBalancerSourceRanges[${i}] of Service ${ref}: not a valid CIDR (got ${
-          formatValue(raw)
-        })`,
-      );
-    } else if ((cidr.family === 6 ? "IPv6" : "IPv4") === family) {
-      loadBalancerSourceRanges.add(formatCIDR(cidr));
-    }
-  });
-
-  const loadBalancerVIPs = new Set<string>();
   const lb = isObject(svc.status) && isObject(svc.status.loadBalancer) ? svc.status.loadBalancer : undefined;
-  optionalArray(lb?.ingress, "status.loadBalancer.ingress").forEach((ing, i) => {
-    if (!isObject(ing) || ing.ip === undefined || ing.ip === null || ing.ip === "") return;
-    // Only VIP-mode ingresses are programmed (upstream IsVIPMode: unset or "VIP").
-    if (ing.ipMode !== undefined && ing.ipMode !== null && ing.ipMode !== "VIP") return;
-    const ip = parseIP(ing.ip);
-    if (ip === null) {
-      warn(
-        `ignoring status.loadBalancer.ingress[${i}] of Service ${ref}: ip: not a valid IP address (got ${
-          formatValue(ing.ip)
-        })`,
-      );
-    } else if (ipFamilyOf(ip) === family) {
-      // Not checked by the apiserver, but a loopback or link-local VIP would capture the node's own traffic
-      // exactly as such an external IP would.
-      const problem = nonSpecialIPProblem(ip);
-      if (problem === null) loadBalancerVIPs.add(ip);
-      else {
+  const ingressSpec = optionalArray(lb?.ingress, "status.loadBalancer.ingress");
+  const loadBalancerVIPs = ingressSpec.length === 0 ? NO_STRINGS : new Set<string>();
+  if (ingressSpec.length > 0) {
+    ingressSpec.forEach((ing, i) => {
+      if (!isObject(ing) || ing.ip === undefined || ing.ip === null || ing.ip === "") return;
+      // Only VIP-mode ingresses are programmed (upstream IsVIPMode: unset or "VIP").
+      if (ing.ipMode !== undefined && ing.ipMode !== null && ing.ipMode !== "VIP") return;
+      const ip = parseIP(ing.ip);
+      if (ip === null) {
         warn(
-          `ignoring status.loadBalancer.ingress[${i}] of Service ${ref}: ip: ${problem} (got ${
+          `ignoring status.loadBalancer.ingress[${i}] of Service ${ref}: ip: not a valid IP address (got ${
             formatValue(ing.ip)
           })`,
         );
+      } else if (ipFamilyOf(ip) === family) {
+        // Not checked by the apiserver, but a loopback or link-local VIP would capture the node's own traffic
+        // exactly as such an external IP would.
+        const problem = nonSpecialIPProblem(ip);
+        if (problem === null) loadBalancerVIPs.add(ip);
+        else {
+          warn(
+            `ignoring status.loadBalancer.ingress[${i}] of Service ${ref}: ip: ${problem} (got ${
+              formatValue(ing.ip)
+            })`,
+          );
+        }
       }
-    }
-  });
+    });
+  }
 
   // One array per Service, shared by its ports (and one empty array shared by all): the model holds
   // ~13k ServicePorts at 10k Services and these lists are nearly always empty.
@@ -265,7 +296,8 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
   const ports = optionalArray(spec.ports, "spec.ports");
   const out: ServicePortInfo[] = [];
   const seen = new Set<string>();
-  ports.forEach((raw, i) => {
+  for (let i = 0; i < ports.length; i++) {
+    const raw = ports[i];
     try {
       const p = readPort(raw, i);
       const info: ServicePortInfo = {
@@ -292,12 +324,15 @@ function build(svc: Service, family: IPFamily, ref: string, warn: Warn): Service
       if (!(e instanceof Skip)) throw e;
       warn(`skipping spec.ports[${i}] of Service ${ref}: ${e.field}: ${e.problem}`);
     }
-  });
+  }
   return out;
 }
 
 /** The one empty list every ServicePort without entries shares (frozen: readers only read it). */
 export const EMPTY_LIST: readonly string[] = Object.freeze([]);
+
+/** An empty set for the lists a Service leaves out (only ever read: nothing is added to it). */
+const NO_STRINGS: Set<string> = new Set();
 
 /** The entries of `set` in insertion order, or the shared {@link EMPTY_LIST}. */
 function listOf(set: ReadonlySet<string>): readonly string[] {
@@ -313,21 +348,33 @@ function pickClusterIP(clusterIP: unknown, clusterIPs: unknown, family: IPFamily
   const list = optionalArray(clusterIPs, "spec.clusterIPs");
   if (primary === "None") return null;
   // The apiserver keeps clusterIP == clusterIPs[0]; hand-written manifests may set only one of them.
-  const candidates: Array<[string, unknown]> = list.length > 0
-    ? list.map((ip, i) => [`spec.clusterIPs[${i}]`, ip])
-    : [["spec.clusterIP", primary]];
-  if (candidates[0][1] === "None" || candidates[0][1] === "") return null;
+  // (The field names are made only for a message: this runs for every Service.)
+  const fromList = list.length > 0;
+  const first = fromList ? list[0] : primary;
+  if (first === "None" || first === "") return null;
   let picked: string | null = null;
-  for (const [field, raw] of candidates) {
+  for (let i = 0; i < (fromList ? list.length : 1); i++) {
+    const raw = fromList ? list[i] : primary;
     const ip = parseIP(raw);
-    if (ip === null) throw new Skip(field, `not a valid IP address (got ${formatValue(raw)})`);
+    if (ip === null) {
+      throw new Skip(clusterIPField(fromList, i), `not a valid IP address (got ${formatValue(raw)})`);
+    }
     // The apiserver's allocator only hands out addresses from the service CIDRs, so a loopback, link-local
     // or unspecified cluster IP can only come from a manifest or a tampered cache: refuse it the same way.
     const problem = nonSpecialIPProblem(ip);
-    if (problem !== null) throw new Skip(field, `${problem} (got ${formatValue(raw)})`);
+    if (problem !== null) throw new Skip(clusterIPField(fromList, i), `${problem} (got ${formatValue(raw)})`);
     if (picked === null && ipFamilyOf(ip) === family) picked = ip;
   }
   return picked;
+}
+
+function clusterIPField(fromList: boolean, i: number): string {
+  return fromList ? `spec.clusterIPs[${i}]` : "spec.clusterIP";
+}
+
+/** "spec.ports[i]" or "spec.ports[i].field", for a message. */
+function portField(i: number, field: string): string {
+  return field === "" ? `spec.ports[${i}]` : `spec.ports[${i}].${field}`;
 }
 
 interface PortFields {
@@ -338,22 +385,26 @@ interface PortFields {
 }
 
 function readPort(raw: unknown, i: number): PortFields {
-  const at = `spec.ports[${i}]`;
-  if (!isObject(raw)) throw new Skip(at, `must be an object (got ${formatValue(raw)})`);
+  // Field names are made only for a message: this runs for every port of every Service.
+  if (!isObject(raw)) throw new Skip(portField(i, ""), `must be an object (got ${formatValue(raw)})`);
   const p = raw as ServicePortSpec;
-  const name = optionalString(p.name, `${at}.name`);
+  if (!isOptionalString(p.name)) optionalString(p.name, portField(i, "name")); // throws the field's Skip
+  const name = p.name ?? "";
   if (name !== "" && !isDNSLabel(name)) {
-    throw new Skip(`${at}.name`, `must be a DNS label (got ${formatValue(name)})`);
+    throw new Skip(portField(i, "name"), `must be a DNS label (got ${formatValue(name)})`);
   }
-  const protocol = optionalString(p.protocol, `${at}.protocol`) || "TCP";
+  if (!isOptionalString(p.protocol)) optionalString(p.protocol, portField(i, "protocol")); // throws the field's Skip
+  const protocol = p.protocol || "TCP";
   if (!PROTOCOLS.has(protocol)) {
-    throw new Skip(`${at}.protocol`, `must be TCP, UDP or SCTP (got ${formatValue(protocol)})`);
+    throw new Skip(portField(i, "protocol"), `must be TCP, UDP or SCTP (got ${formatValue(protocol)})`);
   }
-  if (!isPortNumber(p.port)) throw new Skip(`${at}.port`, `must be 1-65535 (got ${formatValue(p.port)})`);
+  if (!isPortNumber(p.port)) {
+    throw new Skip(portField(i, "port"), `must be 1-65535 (got ${formatValue(p.port)})`);
+  }
   let nodePort = 0;
   if (p.nodePort !== undefined && p.nodePort !== null && p.nodePort !== 0) {
     if (!isPortNumber(p.nodePort)) {
-      throw new Skip(`${at}.nodePort`, `must be 1-65535 (got ${formatValue(p.nodePort)})`);
+      throw new Skip(portField(i, "nodePort"), `must be 1-65535 (got ${formatValue(p.nodePort)})`);
     }
     nodePort = p.nodePort;
   }

@@ -5,6 +5,7 @@ import { type FileHandle, mkdir, open, rename, stat, unlink } from "node:fs/prom
 import { join } from "node:path";
 import process from "node:process";
 import type { StateSnapshot } from "./state_store.ts";
+import { statePayloadChunks } from "./state_payload.ts";
 
 /** File name of the last-known-state cache inside --state-dir. */
 export const STATE_FILE = "state.json";
@@ -38,27 +39,39 @@ export function encodeState(state: StateSnapshot, nodeName: string, writtenAtMs:
 }
 
 /**
- * The cache file's bytes as chunks (header line, payload, final newline), what {@link writeStateCache}
- * writes: the payload is encoded to UTF-8 once and hashed and counted from those bytes, so a write at 10k
- * Services holds the JSON text and one byte copy of it rather than four copies (it came right after the
- * first sync's peak).
+ * The cache file's bytes as chunks (header line, the payload's chunks, final newline): the same bytes
+ * {@link writeStateSnapshot} writes.
  */
 export function encodeStateChunks(state: StateSnapshot, nodeName: string, writtenAtMs: number): Uint8Array[] {
-  const payload = Buffer.from(JSON.stringify({
-    services: state.services,
-    endpointSlices: state.endpointSlices,
-    node: state.node,
-    ...(state.serviceCIDRs === undefined ? {} : { serviceCIDRs: state.serviceCIDRs }),
-  }));
-  const header: StateHeader = {
-    format: STATE_FORMAT,
-    version: STATE_VERSION,
-    nodeName,
-    writtenAt: new Date(writtenAtMs).toISOString(),
-    bytes: payload.length,
-    sha256: createHash("sha256").update(payload).digest("hex"),
-  };
-  return [Buffer.from(`${JSON.stringify(header)}\n`), payload, Buffer.from("\n")];
+  const payload = [...statePayloadChunks(state)];
+  const hash = createHash("sha256");
+  let bytes = 0;
+  for (const c of payload) {
+    hash.update(c);
+    bytes += c.length;
+  }
+  return [headerLine(nodeName, writtenAtMs, bytes, hash.digest("hex")), ...payload, Buffer.from("\n")];
+}
+
+/**
+ * The header line, newline included, padded with spaces (which JSON allows after the value) to the length
+ * it has for the largest payload allowed: the writer reserves that much at the start of the file, writes
+ * the payload after it as it is encoded, and fills in the header once the payload's size and checksum are
+ * known. Readers take the line up to its newline and parse it, so the padding changes nothing for them.
+ */
+function headerLine(nodeName: string, writtenAtMs: number, bytes: number, sha256: string): Buffer {
+  const header = (n: number): string =>
+    JSON.stringify(
+      {
+        format: STATE_FORMAT,
+        version: STATE_VERSION,
+        nodeName,
+        writtenAt: new Date(writtenAtMs).toISOString(),
+        bytes: n,
+        sha256,
+      } satisfies StateHeader,
+    );
+  return Buffer.from(`${header(bytes).padEnd(header(STATE_MAX_BYTES).length)}\n`);
 }
 
 /**
@@ -253,20 +266,67 @@ export async function loadStateCache(
 export async function writeStateCache(dir: string, content: string | readonly Uint8Array[]): Promise<void> {
   const chunks = typeof content === "string" ? [new TextEncoder().encode(content)] : content;
   const size = chunks.reduce((n, c) => n + c.length, 0);
-  if (size > STATE_MAX_BYTES) {
-    throw new Error(
-      `state cache would be ${size} bytes, over the ${STATE_MAX_BYTES} limit; not written`,
-    );
+  if (size > STATE_MAX_BYTES) throw overLimit(`${size} bytes`);
+  await writeAtomically(dir, async (fh) => {
+    let at = 0;
+    for (const c of chunks) at += await writeAt(fh, c, at);
+  });
+}
+
+/**
+ * Writes `state` as the cache file ({@link writeStateCache}'s safety and atomicity) as it is encoded: the
+ * payload chunk by chunk after the header's reserved room, then the header. Memory: one chunk, whatever
+ * the state's size. Returns the file's size.
+ */
+export async function writeStateSnapshot(
+  dir: string,
+  state: StateSnapshot,
+  nodeName: string,
+  writtenAtMs: number,
+): Promise<number> {
+  const room = headerLine(nodeName, writtenAtMs, 0, "0".repeat(64)).length;
+  return await writeAtomically(dir, async (fh) => {
+    const hash = createHash("sha256");
+    let bytes = 0;
+    for (const chunk of statePayloadChunks(state, { reuse: true })) {
+      bytes += chunk.length;
+      if (room + bytes + 1 > STATE_MAX_BYTES) throw overLimit(`over ${STATE_MAX_BYTES} bytes`);
+      hash.update(chunk);
+      await writeAt(fh, chunk, room + bytes - chunk.length);
+    }
+    await writeAt(fh, Buffer.from("\n"), room + bytes);
+    const header = headerLine(nodeName, writtenAtMs, bytes, hash.digest("hex"));
+    if (header.length !== room) throw new Error(`state cache header is ${header.length} bytes, not ${room}`);
+    await writeAt(fh, header, 0);
+    return room + bytes + 1;
+  });
+}
+
+function overLimit(size: string): Error {
+  return new Error(`state cache would be ${size}, over the ${STATE_MAX_BYTES} limit; not written`);
+}
+
+/** Writes all of `bytes` at `position`; returns its length. */
+async function writeAt(fh: FileHandle, bytes: Uint8Array, position: number): Promise<number> {
+  for (let done = 0; done < bytes.length;) {
+    const { bytesWritten } = await fh.write(bytes, done, bytes.length - done, position + done);
+    done += bytesWritten;
   }
+  return bytes.length;
+}
+
+/** The temp file, fsync, rename and directory fsync of {@link writeStateCache}, around `fill`. */
+async function writeAtomically<T>(dir: string, fill: (fh: FileHandle) => Promise<T>): Promise<T> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const problem = await stateDirProblem(dir);
   if (problem !== null) throw new Error(problem);
   const final = join(dir, STATE_FILE);
   const tmp = join(dir, `.${STATE_FILE}.${randomBytes(12).toString("hex")}.tmp`);
   const fh = await open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o600);
+  let result: T;
   try {
     try {
-      for (const c of chunks) await fh.writeFile(c); // each from the current position, whole
+      result = await fill(fh);
       await fh.sync();
     } finally {
       await fh.close();
@@ -286,4 +346,5 @@ export async function writeStateCache(dir: string, content: string | readonly Ui
   } catch {
     // Directory fsync is not supported everywhere (e.g. some overlay filesystems); the rename is still atomic.
   }
+  return result;
 }

@@ -1,4 +1,4 @@
-import { encodeStateChunks, writeStateCache } from "./state_cache.ts";
+import { writeStateSnapshot } from "./state_cache.ts";
 import type { StateSnapshot } from "./state_store.ts";
 
 /** What the writer needs from the store. */
@@ -58,10 +58,8 @@ export class StateCacheWriter {
     if (!this.#due()) return;
     const version = this.source.version;
     const now = this.opts.now();
-    const chunks = encodeStateChunks(this.source.snapshot(), this.opts.nodeName, now);
-    const size = chunks.reduce((n, c) => n + c.length, 0);
-    this.#inflight = writeStateCache(this.opts.dir, chunks).then(
-      () => {
+    this.#inflight = writeStateSnapshot(this.opts.dir, this.source.snapshot(), this.opts.nodeName, now).then(
+      (size) => {
         this.#writtenVersion = version;
         this.#lastWriteMs = now;
         this.#lastWarning = "";

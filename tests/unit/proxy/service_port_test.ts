@@ -324,6 +324,47 @@ describe("servicePortsFromService: validation", () => {
     ]);
   });
 
+  it("names the field of a port that is not an object, or whose name or protocol is not a string", () => {
+    const { ports, warnings } = build(svc("ns1", "svc1", {
+      clusterIP: "172.30.0.41",
+      ports: [
+        7 as unknown as { port: number },
+        { name: 5 as unknown as string, port: 80 },
+        { name: "p", port: 81, protocol: ["TCP"] as unknown as "TCP" },
+        { name: "Bad_Name", port: 82 },
+        { name: "ok", port: 83, protocol: null as unknown as "TCP" },
+      ],
+    }));
+    assert.deepEqual(ports.map((p) => [p.name.port, p.protocol]), [["ok", "TCP"]]);
+    assert.deepEqual(warnings, [
+      "skipping spec.ports[0] of Service ns1/svc1: spec.ports[0]: must be an object (got 7)",
+      "skipping spec.ports[1] of Service ns1/svc1: spec.ports[1].name: must be a string (got 5)",
+      'skipping spec.ports[2] of Service ns1/svc1: spec.ports[2].protocol: must be a string (got ["TCP"])',
+      'skipping spec.ports[3] of Service ns1/svc1: spec.ports[3].name: must be a DNS label (got "Bad_Name")',
+    ]);
+  });
+
+  it("names the clusterIPs entry that is bad, and reads clusterIP when clusterIPs is empty", () => {
+    const bad = build(svc("ns1", "svc1", { clusterIPs: ["172.30.0.41", "fd00::zz"], ports: [{ port: 80 }] }));
+    assert.deepEqual(bad.ports, []);
+    assert.deepEqual(bad.warnings, [
+      'skipping Service ns1/svc1: spec.clusterIPs[1]: not a valid IP address (got "fd00::zz")',
+    ]);
+    const special = build(svc("ns1", "svc1", { clusterIPs: ["127.0.0.1"], ports: [{ port: 80 }] }));
+    assert.match(
+      special.warnings[0],
+      /^skipping Service ns1\/svc1: spec\.clusterIPs\[0\]: may not be in the loopback/,
+    );
+    const primary = build(
+      svc("ns1", "svc1", { clusterIP: "172.30.0.41", clusterIPs: [], ports: [{ port: 80 }] }),
+    );
+    assert.deepEqual(primary.ports.map((p) => p.clusterIP), ["172.30.0.41"]);
+    const headless = build(
+      svc("ns1", "svc1", { clusterIP: "10.0.0.1", clusterIPs: ["None"], ports: [{ port: 80 }] }),
+    );
+    assert.deepEqual(headless, { ports: [], warnings: [] });
+  });
+
   it("skips a Service without spec, with a warning", () => {
     const { ports, warnings } = build({ metadata: { namespace: "ns1", name: "nospec" } });
     assert.deepEqual(ports, []);
