@@ -23,6 +23,7 @@ import process from "node:process";
 import { renderIptablesRules } from "../lib/proxy/iptables/render/render.ts";
 import { expectationFromState } from "../lib/proxy/iptables/drift.ts";
 import { type SyntheticCluster, syntheticCluster, withApiserverFields } from "./synthetic_cluster.ts";
+import { EndpointValueTable } from "../lib/k8s/endpoint_values.ts";
 import { reduceObject } from "../lib/k8s/reduce.ts";
 import { buildClusterModel, renderInputFor } from "./cluster_model.ts";
 import { payloadChunksOf, planSections, splitRestorePayload } from "../lib/proxy/iptables/restore_plan.ts";
@@ -71,10 +72,12 @@ step(
   `API objects as received (${received.services.length} Services, ${received.endpointSlices.length} ` +
     `EndpointSlices${values["apiserver-fields"] ? ", with apiserver fields" : ""})`,
 );
-// What the informer store holds: each object through the sink's reduction (reduce.ts).
+// What the informer store holds: each object through the sink's reduction (reduce.ts), the slices' endpoint
+// values shared through one table per resource as the sink shares them (endpoint_values.ts).
+const sliceValues = new EndpointValueTable();
 const cluster: SyntheticCluster = {
-  services: received.services.map(reduceObject),
-  endpointSlices: received.endpointSlices.map(reduceObject),
+  services: received.services.map((o) => reduceObject(o)),
+  endpointSlices: received.endpointSlices.map((o) => reduceObject(o, sliceValues)),
   node: received.node,
 };
 received = null;
