@@ -7,13 +7,16 @@
  * lies in blocks of its own, and the originals die with the render's garbage.
  */
 import { freshString } from "../../../runtime/fresh_string.ts";
+import type { CodedNames } from "./coded_names.ts";
 
 /** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
 export interface Fragment {
   /** Ids of the elements it wants (see elementId in incremental.ts), each once. */
   readonly elementIds: readonly string[];
-  readonly chains: readonly string[];
-  readonly affinitySets: readonly string[];
+  /** Its per-service and per-endpoint chains, coded against its key (coded_names.ts). */
+  readonly chains: CodedNames;
+  /** Its ClientIP affinity sets, coded likewise. */
+  readonly affinitySets: CodedNames;
   readonly noLocalInternal: boolean;
   readonly noLocalExternal: boolean;
 }
@@ -27,15 +30,38 @@ export interface ElementBody {
 /** The body of every set element without a comment (most of them): one shared object. */
 export const PLAIN: ElementBody = Object.freeze({ value: "", comment: undefined });
 
-/**
- * The service ports wanting one element and the body each would write: one owner inline (the common
- * case, no Map per element), a Map from the second on.
- */
-export type Owners = { readonly owner: string; readonly body: ElementBody } | Map<string, ElementBody>;
+/** The one service port wanting an element, with the body it writes (the record is that body). */
+export interface Owned extends ElementBody {
+  readonly owner: string;
+}
 
 /**
- * The renderer's per-service-port and per-element state, as a full sync's render leaves it (the applied
- * state is derived from the owners afterwards, so it is built from the copy).
+ * The service ports wanting one element and the body each would write. One owner (the common case, no
+ * Map per element): its servicePortKey alone when the body is PLAIN, else an {@link Owned} record; a Map
+ * from the second owner on.
+ */
+export type Owners = string | Owned | Map<string, ElementBody>;
+
+/** The Owners form of a single owner `owner` writing `body`. */
+export function singleOwner(owner: string, body: ElementBody): string | Owned {
+  if (body === PLAIN) return owner;
+  const o = body as Partial<Owned>;
+  return o.owner === owner ? body as Owned : { owner, value: body.value, comment: body.comment };
+}
+
+/** The servicePortKey of a single-owner form. */
+export function ownerOf(o: string | Owned): string {
+  return typeof o === "string" ? o : o.owner;
+}
+
+/** The body a single-owner form writes. */
+export function bodyOf(o: string | Owned): ElementBody {
+  return typeof o === "string" ? PLAIN : o;
+}
+
+/**
+ * The renderer's per-service-port and per-element state. What the last sync left in the kernel is not
+ * kept beside it: each element holds the body of its first wanting service port in key order.
  */
 export interface IncrementalCache {
   /** Each service port's share, by servicePortKey. */
@@ -64,20 +90,28 @@ export function compactCache(cache: IncrementalCache): IncrementalCache {
     b === PLAIN
       ? PLAIN
       : { value: freshString(b.value), comment: b.comment === undefined ? undefined : once(b.comment) };
+  const names = (n: CodedNames): CodedNames => typeof n === "string" ? freshString(n) : n.map(freshString);
   const owners = new Map<string, Owners>();
   for (const [id, o] of cache.owners) {
     if (o instanceof Map) {
       const m = new Map<string, ElementBody>();
       for (const [owner, b] of o) m.set(once(owner), body(b));
       owners.set(once(id), m);
-    } else owners.set(once(id), { owner: once(o.owner), body: body(o.body) });
+    } else if (typeof o === "string") owners.set(once(id), once(o));
+    else {
+      owners.set(once(id), {
+        owner: once(o.owner),
+        value: freshString(o.value),
+        comment: o.comment === undefined ? undefined : once(o.comment),
+      });
+    }
   }
   const fragments = new Map<string, Fragment>();
   for (const [key, f] of cache.fragments) {
     fragments.set(once(key), {
       elementIds: f.elementIds.map(once),
-      chains: f.chains.map(freshString),
-      affinitySets: f.affinitySets.map(freshString),
+      chains: names(f.chains),
+      affinitySets: names(f.affinitySets),
       noLocalInternal: f.noLocalInternal,
       noLocalExternal: f.noLocalExternal,
     });
