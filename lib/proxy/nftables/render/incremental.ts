@@ -45,7 +45,8 @@ import {
   PLAIN,
   singleOwner,
 } from "./incremental_cache.ts";
-import { codeNames, decodeNames, nameBaseOfKey } from "./coded_names.ts";
+import { codeNames, decodeNamesNotIn, nameBaseOfKey } from "./coded_names.ts";
+import type { KeyedStore } from "./compact_store.ts";
 
 /** Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. */
 export interface NftIncrementalInput extends Omit<NftRenderInput, "services"> {
@@ -94,6 +95,15 @@ const elementId = (container: string, key: string) => `${container}\u0000${key}`
 /** The container of an element id. */
 const containerOf = (id: string) => id.slice(0, id.indexOf("\u0000"));
 
+/** The body of the first wanting service port in key order (null: none wants the element). */
+function winnerOf(owners: Owners | undefined): ElementBody | null {
+  if (owners === undefined) return null;
+  if (!(owners instanceof Map)) return bodyOf(owners);
+  let best: string | null = null;
+  for (const k of owners.keys()) if (best === null || k < best) best = k;
+  return best === null ? null : owners.get(best)!;
+}
+
 /**
  * Every setting except services, endpoints, the service CIDRs (a change of them rewrites one chain) and
  * the table listing: a change needs a full sync.
@@ -134,13 +144,13 @@ export class NftIncrementalRenderer {
   #settings: string | null = null;
   /** This family's service CIDRs in the table (joined), as the last sync wrote them. */
   #serviceCIDRs = "";
-  // The cache (incremental_cache.ts), replaced by a compact copy after each full sync.
-  #fragments = new Map<string, Fragment>();
+  // The cache (incremental_cache.ts): Maps while a full sync builds it, then its compact copy.
+  #fragments: KeyedStore<Fragment> = new Map<string, Fragment>();
   /**
    * Wanting service ports of each element, by element id. After each sync the kernel holds exactly these
    * elements, each with its winner's body (#winner): that is the applied state, not stored apart.
    */
-  #owners = new Map<string, Owners>();
+  #owners: KeyedStore<Owners> = new Map<string, Owners>();
   /** Applied elements per container. */
   readonly #appliedCounts = new Map<string, number>();
   /** Flushed per-service chains not yet deleted. */
@@ -200,8 +210,8 @@ export class NftIncrementalRenderer {
 
   #full(input: NftIncrementalInput, settings: string): NftIncrementalResult {
     this.#settings = settings;
-    this.#fragments.clear();
-    this.#owners.clear();
+    this.#fragments = new Map<string, Fragment>();
+    this.#owners = new Map<string, Owners>();
     this.#appliedCounts.clear();
     this.#skipped.clear();
     this.#noLocalInternal = 0;
@@ -216,7 +226,7 @@ export class NftIncrementalRenderer {
         element: (container, key, value, comment) => wanted.push({ container, key, value, comment }),
         servicePort: (key, out) => {
           this.work.servicePortsRendered++;
-          this.#adopt(key, wanted, out);
+          this.#adopt(key, nameBaseOfKey(key), wanted, out);
           wanted = [];
         },
       },
@@ -276,17 +286,21 @@ export class NftIncrementalRenderer {
       const old = this.#fragments.get(key);
       this.#skipped.delete(key);
       const next = input.services.has(key) ? this.#render(input, key, warnings) : null;
-      if (old !== undefined) {
-        this.#drop(key, old, touched);
-        const base = nameBaseOfKey(key);
-        for (const c of decodeNames(old.chains, base)) dropped.chains.add(c);
-        for (const s of decodeNames(old.affinitySets, base)) dropped.sets.add(s);
-      }
+      const base = nameBaseOfKey(key);
+      if (old !== undefined) this.#drop(key, old, touched);
       if (next !== null) {
-        this.#adopt(key, next.elements, next.out, touched);
+        this.#adopt(key, base, next.elements, next.out, touched);
         lines.push(...next.lines);
         for (const c of next.out.chains) kept.chains.add(c);
         for (const s of next.out.affinitySets) kept.sets.add(s);
+      }
+      if (old !== undefined) {
+        // Only the names the service port no longer uses are decoded (its own still are in `kept`).
+        const now = next === null ? null : this.#fragments.get(key)!;
+        for (const c of decodeNamesNotIn(old.chains, now?.chains ?? null, base)) dropped.chains.add(c);
+        for (const s of decodeNamesNotIn(old.affinitySets, now?.affinitySets ?? null, base)) {
+          dropped.sets.add(s);
+        }
       }
     }
     // Element differences, after the chains they may point to exist.
@@ -346,21 +360,21 @@ export class NftIncrementalRenderer {
    * the first wanting service port in key order, and each sync since rewrote the elements it touched.
    */
   #applied(id: string): ElementBody | null {
-    const owners = this.#owners.get(id);
-    if (owners === undefined) return null;
-    if (!(owners instanceof Map)) return bodyOf(owners);
-    let best: string | null = null;
-    for (const k of owners.keys()) if (best === null || k < best) best = k;
-    return best === null ? null : owners.get(best)!;
+    return winnerOf(this.#owners.get(id));
   }
 
-  /** Notes `id` as touched by this sync, with its body in the kernel before the sync's first change. */
-  #touch(id: string, touched: Map<string, ElementBody | null>): void {
-    if (!touched.has(id)) touched.set(id, this.#applied(id));
+  /**
+   * Notes `id` as touched by this sync, with its body in the kernel before the sync's first change
+   * (`owners`: its entry now).
+   */
+  #touch(id: string, owners: Owners | undefined, touched: Map<string, ElementBody | null>): void {
+    if (!touched.has(id)) touched.set(id, winnerOf(owners));
   }
 
+  /** Records service port `key`'s share (`base`: nameBaseOfKey(key)); `touched` on a partial sync. */
   #adopt(
     key: string,
+    base: string,
     wanted: readonly WantedElement[],
     out: ServicePortOutcome,
     touched?: Map<string, ElementBody | null>,
@@ -374,13 +388,12 @@ export class NftIncrementalRenderer {
       const owners = this.#owners.get(id);
       // Within one service port the first ensure wins, as in ElementWriter.
       if (owners instanceof Map ? owners.has(key) : owners !== undefined && ownerOf(owners) === key) continue;
-      if (touched !== undefined) this.#touch(id, touched);
+      if (touched !== undefined) this.#touch(id, owners, touched);
       if (owners === undefined) this.#owners.set(id, singleOwner(key, body));
       else if (owners instanceof Map) owners.set(key, body);
       else this.#owners.set(id, new Map([[ownerOf(owners), bodyOf(owners)], [key, body]]));
       ids.push(id);
     }
-    const base = nameBaseOfKey(key);
     this.#fragments.set(key, {
       elementIds: ids,
       chains: codeNames(out.chains, base),
@@ -398,8 +411,8 @@ export class NftIncrementalRenderer {
     if (f.noLocalInternal) this.#noLocalInternal--;
     if (f.noLocalExternal) this.#noLocalExternal--;
     for (const id of f.elementIds) {
-      this.#touch(id, touched);
       const owners = this.#owners.get(id);
+      this.#touch(id, owners, touched);
       if (owners instanceof Map) {
         owners.delete(key);
         if (owners.size === 1) {

@@ -8,6 +8,7 @@
  */
 import { freshString } from "../../../runtime/fresh_string.ts";
 import type { CodedNames } from "./coded_names.ts";
+import { CompactStore, type KeyedStore } from "./compact_store.ts";
 
 /** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
 export interface Fragment {
@@ -65,15 +66,15 @@ export function bodyOf(o: string | Owned): ElementBody {
  */
 export interface IncrementalCache {
   /** Each service port's share, by servicePortKey. */
-  readonly fragments: Map<string, Fragment>;
+  readonly fragments: KeyedStore<Fragment>;
   /** Wanting service ports of each element, by element id. */
-  readonly owners: Map<string, Owners>;
+  readonly owners: KeyedStore<Owners>;
 }
 
 /**
- * A copy of `cache` in new objects and strings, in the same order. A string the cache holds in several
- * places (an element id in its owners' and its service ports' entries, a service port's key, a comment)
- * is copied once and shared as before; {@link PLAIN} stays PLAIN.
+ * A copy of `cache` in new objects and strings, in the same order, each store a {@link CompactStore}. A
+ * string the cache holds in several places (an element id in its owners' and its service ports' entries,
+ * a service port's key, a comment) is copied once and shared as before; {@link PLAIN} stays PLAIN.
  */
 export function compactCache(cache: IncrementalCache): IncrementalCache {
   // Only the strings held more than once go through the map (a map of every string costs twice the time).
@@ -116,5 +117,5 @@ export function compactCache(cache: IncrementalCache): IncrementalCache {
       noLocalExternal: f.noLocalExternal,
     });
   }
-  return { fragments, owners };
+  return { fragments: new CompactStore(fragments), owners: new CompactStore(owners) };
 }

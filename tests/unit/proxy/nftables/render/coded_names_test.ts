@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import {
   codeNames,
   decodeNames,
+  decodeNamesNotIn,
   nameBaseOfKey,
 } from "../../../../../lib/proxy/nftables/render/coded_names.ts";
 import {
@@ -103,4 +104,38 @@ test("names of any other form are kept whole", () => {
   assert.deepEqual(decodeNames(kept, base), withNewline);
   assert.equal(codeNames([], base), "");
   assert.deepEqual(decodeNames("", base), []);
+});
+
+test("decodeNamesNotIn decodes exactly the names of one coding missing from another", () => {
+  const name = NAMES[0];
+  const base = nameBaseOfKey(servicePortKey(name));
+  // Endpoint names that are prefixes of one another's code (10.1.0.1 and 10.1.0.10, port 80 and 8080).
+  const ep = (ip: string, port: number) => endpointNames(name, makeEndpoint(ip, port)).chain;
+  const s = servicePortChainNames(name);
+  const all = [
+    ep("10.1.0.1", 80),
+    ep("10.1.0.10", 80),
+    ep("10.1.0.1", 8080),
+    s.clusterPolicy,
+    s.external,
+    "odd",
+  ];
+  const rnd = (() => {
+    let a = 7;
+    return () => (a = (a * 1103515245 + 12345) % 2147483648) / 2147483648;
+  })();
+  for (let k = 0; k < 200; k++) {
+    const a = all.filter(() => rnd() < 0.6);
+    const b = all.filter(() => rnd() < 0.6);
+    const want = a.filter((n) => !b.includes(n));
+    const ca = codeNames(a, base);
+    const cb = codeNames(b, base);
+    assert.deepEqual(decodeNamesNotIn(ca, cb, base), want, `${a} minus ${b}`);
+    // Either side kept whole (a name with a newline elsewhere) answers the same.
+    assert.deepEqual(decodeNamesNotIn([...a], cb, base), want);
+    assert.deepEqual(decodeNamesNotIn(ca, [...b], base), want);
+    assert.deepEqual(decodeNamesNotIn(ca, null, base), a);
+  }
+  assert.deepEqual(decodeNamesNotIn("", "", base), []);
+  assert.deepEqual(decodeNamesNotIn("", null, base), []);
 });

@@ -1,8 +1,9 @@
 /**
  * compactCache (lib/proxy/nftables/render/incremental_cache.ts) copies the incremental renderer's cache
- * without changing it: the same entries in the same order, owners in the same form (a key alone, one
- * record, a Map; coded names as a string or kept whole), PLAIN still PLAIN, the original untouched, and
- * no object of the copy is one of the original's (the copy must not keep the original's cells alive).
+ * without changing it: the same entries in the same order (each store a CompactStore), owners in the same
+ * form (a key alone, one record, a Map; coded names as a string or kept whole), PLAIN still PLAIN, the
+ * original untouched, and no object of the copy is one of the original's (the copy must not keep the
+ * original's cells alive).
  * The single-owner forms answer as the records they replace.
  */
 import { test } from "node:test";
@@ -18,6 +19,7 @@ import {
   PLAIN,
   singleOwner,
 } from "../../../../../lib/proxy/nftables/render/incremental_cache.ts";
+import { CompactStore } from "../../../../../lib/proxy/nftables/render/compact_store.ts";
 
 function sample(): { cache: IncrementalCache; goto: ElementBody; drop: ElementBody } {
   const goto: ElementBody = { value: "goto service-AAA-ns/a/tcp/p", comment: undefined };
@@ -47,7 +49,7 @@ function sample(): { cache: IncrementalCache; goto: ElementBody; drop: ElementBo
   return { cache: { fragments, owners }, goto, drop };
 }
 
-/** A plain-data view of a cache: Maps as entry lists, in order. */
+/** A plain-data view of a cache: Maps and stores as entry lists, in order. */
 function plain(c: IncrementalCache): unknown {
   const owners = [...c.owners].map((
     [id, o],
@@ -55,12 +57,13 @@ function plain(c: IncrementalCache): unknown {
   return { fragments: [...c.fragments], owners };
 }
 
-test("compactCache copies the cache: same entries and order, new objects, PLAIN kept", () => {
+test("compactCache copies the cache: same entries and order, in compact stores, new objects, PLAIN kept", () => {
   const { cache, goto, drop } = sample();
   const before = structuredClone(plain(cache));
   const copy = compactCache(cache);
   assert.deepEqual(plain(copy), before);
   assert.deepEqual(plain(cache), before, "the original is left as it was");
+  assert.ok(copy.fragments instanceof CompactStore && copy.owners instanceof CompactStore);
 
   assert.notEqual(copy.fragments, cache.fragments);
   assert.notEqual(copy.owners, cache.owners);
