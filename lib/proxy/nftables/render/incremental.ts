@@ -10,9 +10,10 @@
  * text: per service port only its element ids and its chain and set names (coded, coded_names.ts); per
  * element its wanting ports and the value and comment each writes. What the kernel holds is not stored:
  * it is each element's first wanting port's body, as a full sync writes it. After a full sync the cache
- * is replaced by a copy allocated away from the render's garbage (incremental_cache.ts compactCache). The
- * table after any sequence of incremental syncs, once the stale chains they flushed are deleted, equals
- * the table a fresh full sync of the same state writes (tests/unit/proxy/nftables/incremental_test.ts).
+ * is replaced by a copy allocated away from the render's garbage, its two large Maps as compact stores
+ * (incremental_cache.ts compactCache, compact_store.ts). The table after any sequence of incremental
+ * syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync of the same
+ * state writes (tests/unit/proxy/nftables/incremental_test.ts).
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { servicePortNameString } from "../../types.ts";
