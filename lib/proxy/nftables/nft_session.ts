@@ -87,6 +87,12 @@ export interface NftSessionOptions {
  */
 const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
 
+/**
+ * The encoder's buffers are trimmed once no transaction came for this long: a bounded first sync's
+ * transactions follow one another closely and reuse them, and the last one's stays no longer.
+ */
+const TRIM_AFTER_IDLE_MS = 1000;
+
 /** Default size from which a transaction goes to a child process. */
 export const NFT_LARGE_TRANSACTION_BYTES = 256 * 1024;
 
@@ -126,6 +132,10 @@ export class NftSession implements NftTransactionRunner {
   refusedBatches = 0;
   #seq = 1;
   #sentSinceRelease = 0;
+  /** Transactions queued or running. */
+  #pending = 0;
+  /** Trims the encoder's buffers once the session is idle (see TRIM_AFTER_IDLE_MS). */
+  #trimTimer: ReturnType<typeof setTimeout> | null = null;
   /** Encodes every batch into the same growing buffer. */
   readonly #encoder = new NftBatchEncoder();
   /**
@@ -160,10 +170,30 @@ export class NftSession implements NftTransactionRunner {
   run(transaction: string | readonly string[]): Promise<void> {
     if (this.#closed) return Promise.reject(new Error("nft session is closed"));
     if (typeof transaction !== "string") transaction = transaction.join("");
-    const next = this.#queue.then(() => this.#apply(transaction));
+    this.#pending++;
+    if (this.#trimTimer !== null) clearTimeout(this.#trimTimer);
+    this.#trimTimer = null;
+    const next = this.#queue.then(() => this.#apply(transaction)).finally(() => this.#settled());
     // A failed transaction must not stop the ones queued after it.
     this.#queue = next.catch(() => {});
     return next;
+  }
+
+  /** After a transaction: once none is pending, the encoder's buffers are trimmed a while later. */
+  #settled(): void {
+    if (--this.#pending > 0 || this.#closed || this.netlink === null) return;
+    const timer = setTimeout(() => {
+      if (this.#trimTimer === timer) this.#trimTimer = null;
+      if (this.#pending === 0) this.#encoder.trim();
+    }, TRIM_AFTER_IDLE_MS);
+    // Nothing to wait for at exit.
+    (timer as { unref?: () => void }).unref?.();
+    this.#trimTimer = timer;
+  }
+
+  /** Bytes the netlink encoder holds between batches (see TRIM_AFTER_IDLE_MS). */
+  get retainedBytes(): number {
+    return this.#encoder.retainedBytes;
   }
 
   async #apply(transaction: string): Promise<void> {
@@ -254,6 +284,8 @@ export class NftSession implements NftTransactionRunner {
     if (this.#closed) return;
     this.#closed = true;
     await this.#queue;
+    if (this.#trimTimer !== null) clearTimeout(this.#trimTimer);
+    this.#trimTimer = null;
     this.lib?.close();
     this.netlink?.close();
   }

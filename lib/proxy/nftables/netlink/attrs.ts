@@ -72,6 +72,15 @@ export class NlWriter {
     this.#len = 0;
   }
 
+  /** Forgets what was written and drops a buffer over {@link RETAIN_BYTES} (for a writer left idle). */
+  trim(): void {
+    if (this.#buf.length > RETAIN_BYTES) {
+      this.#buf = new Uint8Array(this.#initial);
+      this.#view = new DataView(this.#buf.buffer);
+    }
+    this.#len = 0;
+  }
+
   /**
    * Makes the buffer hold at least `bytes` (what was written is kept): one allocation of the size a batch
    * needs instead of doubling up to it, which left every smaller buffer behind as garbage.

@@ -7,11 +7,13 @@
  *
  * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built from
  * what its single pass tells an observer (each service port rendered once). The cache keeps no rendered
- * text: per service port only its element ids, chain and set names; per element the value and comment
- * written (shared between the wanting ports' entry and the applied state); after a full sync it is
- * replaced by a copy allocated away from the render's garbage (incremental_cache.ts compactCache). The
- * table after any sequence of incremental syncs, once the stale chains they flushed are deleted, equals
- * the table a fresh full sync of the same state writes (tests/unit/proxy/nftables/incremental_test.ts).
+ * text: per service port only its element ids and its chain and set names (coded, coded_names.ts); per
+ * element its wanting ports and the value and comment each writes. What the kernel holds is not stored:
+ * it is each element's first wanting port's body, as a full sync writes it. After a full sync the cache
+ * is replaced by a copy allocated away from the render's garbage, its two large Maps as compact stores
+ * (incremental_cache.ts compactCache, compact_store.ts). The table after any sequence of incremental
+ * syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync of the same
+ * state writes (tests/unit/proxy/nftables/incremental_test.ts).
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { servicePortNameString } from "../../types.ts";
@@ -34,13 +36,18 @@ import {
 } from "./render.ts";
 import type { ServicePortOutcome } from "./service_port.ts";
 import {
+  bodyOf,
   compactCache,
   type ElementBody,
   type Fragment,
   type IncrementalCache,
+  ownerOf,
   type Owners,
   PLAIN,
+  singleOwner,
 } from "./incremental_cache.ts";
+import { codeNames, decodeNamesNotIn, nameBaseOfKey } from "./coded_names.ts";
+import type { KeyedStore } from "./compact_store.ts";
 
 /** Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. */
 export interface NftIncrementalInput extends Omit<NftRenderInput, "services"> {
@@ -89,6 +96,15 @@ const elementId = (container: string, key: string) => `${container}\u0000${key}`
 /** The container of an element id. */
 const containerOf = (id: string) => id.slice(0, id.indexOf("\u0000"));
 
+/** The body of the first wanting service port in key order (null: none wants the element). */
+function winnerOf(owners: Owners | undefined): ElementBody | null {
+  if (owners === undefined) return null;
+  if (!(owners instanceof Map)) return bodyOf(owners);
+  let best: string | null = null;
+  for (const k of owners.keys()) if (best === null || k < best) best = k;
+  return best === null ? null : owners.get(best)!;
+}
+
 /**
  * Every setting except services, endpoints, the service CIDRs (a change of them rewrites one chain) and
  * the table listing: a change needs a full sync.
@@ -129,12 +145,13 @@ export class NftIncrementalRenderer {
   #settings: string | null = null;
   /** This family's service CIDRs in the table (joined), as the last sync wrote them. */
   #serviceCIDRs = "";
-  // The cache (incremental_cache.ts), replaced by a compact copy after each full sync.
-  #fragments = new Map<string, Fragment>();
-  /** Wanting service ports of each element, by element id. */
-  #owners = new Map<string, Owners>();
-  /** Elements in the kernel after the last sync (element id → body). */
-  readonly #applied = new Map<string, ElementBody>();
+  // The cache (incremental_cache.ts): Maps while a full sync builds it, then its compact copy.
+  #fragments: KeyedStore<Fragment> = new Map<string, Fragment>();
+  /**
+   * Wanting service ports of each element, by element id. After each sync the kernel holds exactly these
+   * elements, each with its winner's body (#winner): that is the applied state, not stored apart.
+   */
+  #owners: KeyedStore<Owners> = new Map<string, Owners>();
   /** Applied elements per container. */
   readonly #appliedCounts = new Map<string, number>();
   /** Flushed per-service chains not yet deleted. */
@@ -194,9 +211,8 @@ export class NftIncrementalRenderer {
 
   #full(input: NftIncrementalInput, settings: string): NftIncrementalResult {
     this.#settings = settings;
-    this.#fragments.clear();
-    this.#owners.clear();
-    this.#applied.clear();
+    this.#fragments = new Map<string, Fragment>();
+    this.#owners = new Map<string, Owners>();
     this.#appliedCounts.clear();
     this.#skipped.clear();
     this.#noLocalInternal = 0;
@@ -211,7 +227,7 @@ export class NftIncrementalRenderer {
         element: (container, key, value, comment) => wanted.push({ container, key, value, comment }),
         servicePort: (key, out) => {
           this.work.servicePortsRendered++;
-          this.#adopt(key, wanted, out);
+          this.#adopt(key, nameBaseOfKey(key), wanted, out);
           wanted = [];
         },
       },
@@ -222,8 +238,11 @@ export class NftIncrementalRenderer {
     const cache: IncrementalCache = compactCache({ fragments: this.#fragments, owners: this.#owners });
     this.#fragments = cache.fragments;
     this.#owners = cache.owners;
-    // What a full sync leaves in the kernel: the first wanting service port's body of each element.
-    for (const [id, owners] of this.#owners) this.#setApplied(id, this.#winner(owners));
+    // A full sync leaves every wanted element in the kernel.
+    for (const id of this.#owners.keys()) {
+      const container = containerOf(id);
+      this.#appliedCounts.set(container, (this.#appliedCounts.get(container) ?? 0) + 1);
+    }
     for (const c of result.staleChains) this.#stale.add(c);
     for (const c of result.activeChains) this.#stale.delete(c);
     // Only the chunks: the render result's state is garbage once this returns.
@@ -250,7 +269,8 @@ export class NftIncrementalRenderer {
     const prefix = `${family} ${KUBE_PROXY_TABLE}`;
     const lines: string[] = [];
     const warnings: string[] = [];
-    const touched = new Set<string>();
+    // Each element this sync touches, with the body the kernel holds for it before the sync (null: none).
+    const touched = new Map<string, ElementBody | null>();
     const dropped = { chains: new Set<string>(), sets: new Set<string>() };
     const kept = { chains: new Set<string>(), sets: new Set<string>() };
     // Only the service CIDRs changed among the settings: rewrite the one chain that uses them.
@@ -267,38 +287,47 @@ export class NftIncrementalRenderer {
       const old = this.#fragments.get(key);
       this.#skipped.delete(key);
       const next = input.services.has(key) ? this.#render(input, key, warnings) : null;
-      if (old !== undefined) {
-        this.#drop(key, old, touched);
-        for (const c of old.chains) dropped.chains.add(c);
-        for (const s of old.affinitySets) dropped.sets.add(s);
-      }
+      const base = nameBaseOfKey(key);
+      if (old !== undefined) this.#drop(key, old, touched);
       if (next !== null) {
-        this.#adopt(key, next.elements, next.out, touched);
+        this.#adopt(key, base, next.elements, next.out, touched);
         lines.push(...next.lines);
         for (const c of next.out.chains) kept.chains.add(c);
         for (const s of next.out.affinitySets) kept.sets.add(s);
+      }
+      if (old !== undefined) {
+        // Only the names the service port no longer uses are decoded (its own still are in `kept`).
+        const now = next === null ? null : this.#fragments.get(key)!;
+        for (const c of decodeNamesNotIn(old.chains, now?.chains ?? null, base)) dropped.chains.add(c);
+        for (const s of decodeNamesNotIn(old.affinitySets, now?.affinitySets ?? null, base)) {
+          dropped.sets.add(s);
+        }
       }
     }
     // Element differences, after the chains they may point to exist.
     const deletes: string[] = [];
     const adds: string[] = [];
-    for (const id of [...touched].sort()) {
+    for (const id of [...touched.keys()].sort()) {
       this.work.elementsCompared++;
-      const owners = this.#owners.get(id);
-      const want = owners === undefined ? null : this.#winner(owners);
-      const have = this.#applied.get(id);
-      if (have !== undefined && want !== null && have.value === want.value && have.comment === want.comment) {
+      const want = this.#applied(id);
+      const have = touched.get(id)!;
+      if (have !== null && want !== null && have.value === want.value && have.comment === want.comment) {
         continue;
       }
       const container = containerOf(id);
       const keyText = id.slice(container.length + 1);
-      if (have !== undefined) deletes.push(`delete element ${prefix} ${container} { ${keyText} }`);
+      if (have !== null) deletes.push(`delete element ${prefix} ${container} { ${keyText} }`);
       if (want !== null) {
         const c = want.comment === undefined ? "" : ` comment ${JSON.stringify(want.comment)}`;
         const v = want.value === "" ? "" : ` : ${want.value}`;
         adds.push(`add element ${prefix} ${container} { ${keyText}${c}${v} }`);
       }
-      this.#setApplied(id, want);
+      if ((have === null) !== (want === null)) {
+        this.#appliedCounts.set(
+          container,
+          (this.#appliedCounts.get(container) ?? 0) + (want === null ? -1 : 1),
+        );
+      }
     }
     lines.push(...deletes, ...adds);
     const staleChains: string[] = [];
@@ -327,37 +356,29 @@ export class NftIncrementalRenderer {
     };
   }
 
-  /** The body a full sync writes for an element: that of the first wanting service port in key order. */
-  #winner(owners: Owners): ElementBody | null {
-    if (!(owners instanceof Map)) return owners.body;
-    let best: string | null = null;
-    for (const k of owners.keys()) if (best === null || k < best) best = k;
-    return best === null ? null : owners.get(best)!;
+  /**
+   * The body element `id` has in the kernel after a sync (null: not there): a full sync writes that of
+   * the first wanting service port in key order, and each sync since rewrote the elements it touched.
+   */
+  #applied(id: string): ElementBody | null {
+    return winnerOf(this.#owners.get(id));
   }
 
-  /** Records `body` as the applied state of element `id` (null: not in the kernel). */
-  #setApplied(id: string, body: ElementBody | null): void {
-    const had = this.#applied.has(id);
-    if (had === (body !== null)) {
-      if (body !== null) this.#applied.set(id, body);
-      return;
-    }
-    const container = containerOf(id);
-    const n = this.#appliedCounts.get(container) ?? 0;
-    if (body === null) {
-      this.#applied.delete(id);
-      this.#appliedCounts.set(container, n - 1);
-    } else {
-      this.#applied.set(id, body);
-      this.#appliedCounts.set(container, n + 1);
-    }
+  /**
+   * Notes `id` as touched by this sync, with its body in the kernel before the sync's first change
+   * (`owners`: its entry now).
+   */
+  #touch(id: string, owners: Owners | undefined, touched: Map<string, ElementBody | null>): void {
+    if (!touched.has(id)) touched.set(id, winnerOf(owners));
   }
 
+  /** Records service port `key`'s share (`base`: nameBaseOfKey(key)); `touched` on a partial sync. */
   #adopt(
     key: string,
+    base: string,
     wanted: readonly WantedElement[],
     out: ServicePortOutcome,
-    touched?: Set<string>,
+    touched?: Map<string, ElementBody | null>,
   ): void {
     const ids: string[] = [];
     for (const e of wanted) {
@@ -367,21 +388,17 @@ export class NftIncrementalRenderer {
         : { value: e.value === undefined ? "" : e.value.join(" . "), comment: e.comment };
       const owners = this.#owners.get(id);
       // Within one service port the first ensure wins, as in ElementWriter.
-      if (owners === undefined) this.#owners.set(id, { owner: key, body });
-      else if (owners instanceof Map) {
-        if (owners.has(key)) continue;
-        owners.set(key, body);
-      } else {
-        if (owners.owner === key) continue;
-        this.#owners.set(id, new Map([[owners.owner, owners.body], [key, body]]));
-      }
+      if (owners instanceof Map ? owners.has(key) : owners !== undefined && ownerOf(owners) === key) continue;
+      if (touched !== undefined) this.#touch(id, owners, touched);
+      if (owners === undefined) this.#owners.set(id, singleOwner(key, body));
+      else if (owners instanceof Map) owners.set(key, body);
+      else this.#owners.set(id, new Map([[ownerOf(owners), bodyOf(owners)], [key, body]]));
       ids.push(id);
-      touched?.add(id);
     }
     this.#fragments.set(key, {
       elementIds: ids,
-      chains: out.chains,
-      affinitySets: out.affinitySets,
+      chains: codeNames(out.chains, base),
+      affinitySets: codeNames(out.affinitySets, base),
       noLocalInternal: out.noLocalInternal,
       noLocalExternal: out.noLocalExternal,
     });
@@ -389,21 +406,21 @@ export class NftIncrementalRenderer {
     if (out.noLocalExternal) this.#noLocalExternal++;
   }
 
-  #drop(key: string, f: Fragment, touched: Set<string>): void {
+  #drop(key: string, f: Fragment, touched: Map<string, ElementBody | null>): void {
     this.#fragments.delete(key);
     this.#skipped.delete(key);
     if (f.noLocalInternal) this.#noLocalInternal--;
     if (f.noLocalExternal) this.#noLocalExternal--;
     for (const id of f.elementIds) {
       const owners = this.#owners.get(id);
+      this.#touch(id, owners, touched);
       if (owners instanceof Map) {
         owners.delete(key);
         if (owners.size === 1) {
           const [[owner, body]] = owners;
-          this.#owners.set(id, { owner, body });
+          this.#owners.set(id, singleOwner(owner, body));
         }
-      } else if (owners?.owner === key) this.#owners.delete(id);
-      touched.add(id);
+      } else if (owners !== undefined && ownerOf(owners) === key) this.#owners.delete(id);
     }
   }
 

@@ -7,13 +7,17 @@
  * lies in blocks of its own, and the originals die with the render's garbage.
  */
 import { freshString } from "../../../runtime/fresh_string.ts";
+import type { CodedNames } from "./coded_names.ts";
+import { CompactStore, type KeyedStore } from "./compact_store.ts";
 
 /** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
 export interface Fragment {
   /** Ids of the elements it wants (see elementId in incremental.ts), each once. */
   readonly elementIds: readonly string[];
-  readonly chains: readonly string[];
-  readonly affinitySets: readonly string[];
+  /** Its per-service and per-endpoint chains, coded against its key (coded_names.ts). */
+  readonly chains: CodedNames;
+  /** Its ClientIP affinity sets, coded likewise. */
+  readonly affinitySets: CodedNames;
   readonly noLocalInternal: boolean;
   readonly noLocalExternal: boolean;
 }
@@ -27,27 +31,50 @@ export interface ElementBody {
 /** The body of every set element without a comment (most of them): one shared object. */
 export const PLAIN: ElementBody = Object.freeze({ value: "", comment: undefined });
 
-/**
- * The service ports wanting one element and the body each would write: one owner inline (the common
- * case, no Map per element), a Map from the second on.
- */
-export type Owners = { readonly owner: string; readonly body: ElementBody } | Map<string, ElementBody>;
-
-/**
- * The renderer's per-service-port and per-element state, as a full sync's render leaves it (the applied
- * state is derived from the owners afterwards, so it is built from the copy).
- */
-export interface IncrementalCache {
-  /** Each service port's share, by servicePortKey. */
-  readonly fragments: Map<string, Fragment>;
-  /** Wanting service ports of each element, by element id. */
-  readonly owners: Map<string, Owners>;
+/** The one service port wanting an element, with the body it writes (the record is that body). */
+export interface Owned extends ElementBody {
+  readonly owner: string;
 }
 
 /**
- * A copy of `cache` in new objects and strings, in the same order. A string the cache holds in several
- * places (an element id in its owners' and its service ports' entries, a service port's key, a comment)
- * is copied once and shared as before; {@link PLAIN} stays PLAIN.
+ * The service ports wanting one element and the body each would write. One owner (the common case, no
+ * Map per element): its servicePortKey alone when the body is PLAIN, else an {@link Owned} record; a Map
+ * from the second owner on.
+ */
+export type Owners = string | Owned | Map<string, ElementBody>;
+
+/** The Owners form of a single owner `owner` writing `body`. */
+export function singleOwner(owner: string, body: ElementBody): string | Owned {
+  if (body === PLAIN) return owner;
+  const o = body as Partial<Owned>;
+  return o.owner === owner ? body as Owned : { owner, value: body.value, comment: body.comment };
+}
+
+/** The servicePortKey of a single-owner form. */
+export function ownerOf(o: string | Owned): string {
+  return typeof o === "string" ? o : o.owner;
+}
+
+/** The body a single-owner form writes. */
+export function bodyOf(o: string | Owned): ElementBody {
+  return typeof o === "string" ? PLAIN : o;
+}
+
+/**
+ * The renderer's per-service-port and per-element state. What the last sync left in the kernel is not
+ * kept beside it: each element holds the body of its first wanting service port in key order.
+ */
+export interface IncrementalCache {
+  /** Each service port's share, by servicePortKey. */
+  readonly fragments: KeyedStore<Fragment>;
+  /** Wanting service ports of each element, by element id. */
+  readonly owners: KeyedStore<Owners>;
+}
+
+/**
+ * A copy of `cache` in new objects and strings, in the same order, each store a {@link CompactStore}. A
+ * string the cache holds in several places (an element id in its owners' and its service ports' entries,
+ * a service port's key, a comment) is copied once and shared as before; {@link PLAIN} stays PLAIN.
  */
 export function compactCache(cache: IncrementalCache): IncrementalCache {
   // Only the strings held more than once go through the map (a map of every string costs twice the time).
@@ -64,23 +91,31 @@ export function compactCache(cache: IncrementalCache): IncrementalCache {
     b === PLAIN
       ? PLAIN
       : { value: freshString(b.value), comment: b.comment === undefined ? undefined : once(b.comment) };
+  const names = (n: CodedNames): CodedNames => typeof n === "string" ? freshString(n) : n.map(freshString);
   const owners = new Map<string, Owners>();
   for (const [id, o] of cache.owners) {
     if (o instanceof Map) {
       const m = new Map<string, ElementBody>();
       for (const [owner, b] of o) m.set(once(owner), body(b));
       owners.set(once(id), m);
-    } else owners.set(once(id), { owner: once(o.owner), body: body(o.body) });
+    } else if (typeof o === "string") owners.set(once(id), once(o));
+    else {
+      owners.set(once(id), {
+        owner: once(o.owner),
+        value: freshString(o.value),
+        comment: o.comment === undefined ? undefined : once(o.comment),
+      });
+    }
   }
   const fragments = new Map<string, Fragment>();
   for (const [key, f] of cache.fragments) {
     fragments.set(once(key), {
       elementIds: f.elementIds.map(once),
-      chains: f.chains.map(freshString),
-      affinitySets: f.affinitySets.map(freshString),
+      chains: names(f.chains),
+      affinitySets: names(f.affinitySets),
       noLocalInternal: f.noLocalInternal,
       noLocalExternal: f.noLocalExternal,
     });
   }
-  return { fragments, owners };
+  return { fragments: new CompactStore(fragments), owners: new CompactStore(owners) };
 }

@@ -115,6 +115,24 @@ class Cluster {
   }
 }
 
+/** Element counts of the table's service-port sets and maps (not the affinity sets), those above 0. */
+function tableElementCounts(nft: FakeNftTable): Map<string, number> {
+  const out = new Map<string, number>();
+  const containers = [
+    "cluster-ips",
+    "service-ips",
+    "service-nodeports",
+    "no-endpoint-services",
+    "no-endpoint-nodeports",
+    "firewall-ips",
+  ];
+  for (const c of containers) {
+    const n = nft.elements(c)?.length ?? 0;
+    if (n > 0) out.set(c, n);
+  }
+  return out;
+}
+
 /** The canonical dump of a fresh full sync of `cluster` into an empty table. */
 function freshTable(cluster: Cluster): string {
   const fresh = new FakeNftTable("ip", "kube-proxy");
@@ -148,9 +166,66 @@ for (const seed of [1, 2, 3, 4, 5, 6]) {
       if (step % 10 === 9) {
         assert.equal(sortNFTablesTransaction(nft.dump()), freshTable(cluster), `seed ${seed} step ${step}`);
       }
+      assert.deepEqual(r.elementCounts(), tableElementCounts(nft), `seed ${seed} step ${step}`);
     }
   });
 }
+
+test("an element two service ports want: the first in key order writes it, the other takes over when it goes", () => {
+  const cluster = new Cluster(mulberry32(17));
+  // Both want service-ips 192.168.99.1 . tcp . 80, each with its own external chain.
+  const shared = (name: string, clusterIP: string) =>
+    makeServicePort("ns", name, { clusterIP, externalIPs: ["192.168.99.1"], stickyMaxAgeSeconds: 10800 });
+  const a = shared("a", "172.30.0.1");
+  const b = shared("b", "172.30.0.2");
+  const ka = servicePortKey(a.name);
+  const kb = servicePortKey(b.name);
+  const put = (key: string, svc: ServicePortInfo, ip: string) => {
+    cluster.services.set(key, svc);
+    cluster.endpoints.set(key, [makeEndpoint(ip, 8080)]);
+  };
+  put(ka, a, "10.0.0.1");
+  put(kb, b, "10.0.0.2");
+  const nft = new FakeNftTable("ip", "kube-proxy");
+  const r = new NftIncrementalRenderer();
+  nft.run(r.sync(cluster.input(), null).transaction);
+  const external = () =>
+    nft.elements("service-ips")!.find((e) => e.key[0] === "192.168.99.1")?.value.join(" ").split("-").slice(2)
+      .join("-");
+  assert.equal(external(), "ns/a/tcp/p80");
+  const step = (changed: string[]) => {
+    const res = r.sync(cluster.input(), changed);
+    nft.run(res.transaction);
+    nft.run(r.staleChainDeletion({ family: "IPv4" }));
+    assert.equal(sortNFTablesTransaction(nft.dump()), freshTable(cluster));
+    assert.deepEqual(r.elementCounts(), tableElementCounts(nft));
+    return res.transaction;
+  };
+  // The writer's endpoints change: its element stays as it was (no element line).
+  put(ka, a, "10.0.0.3");
+  assert.doesNotMatch(step([ka]), /element ip kube-proxy service-ips \{ 192\.168\.99\.1/);
+  // The other's endpoints change: nothing of the shared element either.
+  put(kb, b, "10.0.0.4");
+  assert.doesNotMatch(step([kb]), /element ip kube-proxy service-ips \{ 192\.168\.99\.1/);
+  // The writer goes: the other's body replaces it.
+  cluster.services.delete(ka);
+  cluster.endpoints.delete(ka);
+  assert.match(step([ka]), /delete element ip kube-proxy service-ips \{ 192\.168\.99\.1 \. tcp \. 80 \}/);
+  assert.equal(external(), "ns/b/tcp/p80");
+  // It comes back: first in key order again.
+  put(ka, a, "10.0.0.1");
+  step([ka]);
+  assert.equal(external(), "ns/a/tcp/p80");
+  // Both go in one sync: the element goes, once.
+  for (const k of [ka, kb]) {
+    cluster.services.delete(k);
+    cluster.endpoints.delete(k);
+  }
+  const gone = step([kb, ka]);
+  assert.equal(gone.match(/delete element ip kube-proxy service-ips \{ 192\.168\.99\.1 /g)?.length, 1);
+  assert.equal(nft.elements("service-ips")?.length ?? 0, 0);
+  assert.deepEqual(r.elementCounts(), new Map());
+});
 
 test("per-change work does not grow with the number of unchanged services", () => {
   const work = (size: number) => {

@@ -230,6 +230,47 @@ test("a command of more elements than one netlink message holds (64 KiB) is spli
   }
 });
 
+test("the encoder's large buffer is kept while transactions follow each other, dropped once idle", {
+  skip: skip || false,
+}, async () => {
+  const ns = await env.create("trim");
+  const session = await openNftSession({
+    netnsPath: `/var/run/netns/${ns.name}`,
+    commandPrefix: ns.prefix,
+    libnftables: false,
+  });
+  try {
+    const chain = `service-${"x".repeat(40)}`;
+    const big = (n: number) => {
+      const elements = Array.from(
+        { length: 12000 },
+        (_, k) => `10.${n}.${k >> 8}.${k & 255} . tcp . 80 : goto ${chain}`,
+      );
+      return `add element ip kube-proxy service-ips { ${elements.join(", ")} }\n`;
+    };
+    await session.run(
+      `add table ip kube-proxy\nadd chain ip kube-proxy ${chain}\n` +
+        "add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }\n",
+    );
+    await session.run(big(1));
+    const held = session.retainedBytes;
+    assert.ok(held > 1024 * 1024, `${held} bytes held after a large batch`);
+    // The next transaction comes soon: the buffer is still there for it.
+    await new Promise((r) => setTimeout(r, 100));
+    await session.run(big(2));
+    assert.equal(session.retainedBytes, held);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(session.retainedBytes < 1024 * 1024, `${session.retainedBytes} bytes held once idle`);
+    // And it still works, the buffer grown again as needed.
+    await session.run(big(3));
+    assert.equal(session.counts["netlink"], 4, "every transaction went through netlink");
+    const listed = await ns.execOk([NFT, "list", "map", "ip", "kube-proxy", "service-ips"]);
+    assert.match(listed, /10\.3\.46\.223 \. tcp \. 80 : goto service-x/);
+  } finally {
+    await session.close();
+  }
+});
+
 test("a statement the netlink encoder does not know falls back to nft, with the same result", {
   skip: skip || false,
 }, async () => {
