@@ -4,6 +4,7 @@
  * objects.
  */
 import type { EndpointSlice, Node, Service } from "../lib/k8s/objects.ts";
+import { mulberry32 } from "../tests/support/random.ts";
 
 /** A generated cluster. */
 export interface SyntheticCluster {
@@ -18,17 +19,6 @@ export interface SyntheticOptions {
   endpointsPerService?: number;
   nodeName?: string;
   seed?: number;
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** The n-th address of a /8-sized block starting at `a.b.0.0` (b carries the overflow past 65535). */

@@ -22,17 +22,7 @@ import {
   mergeElements,
   splitNFTablesFullSync,
 } from "../../../../lib/proxy/nftables/render/incremental_first_sync.ts";
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "../../../support/random.ts";
 
 /** A cluster the test mutates: service ports and endpoints by servicePortKey. */
 class Cluster {

@@ -32,6 +32,7 @@ import {
   TEST_NODE_NAME,
 } from "../../../../support/tracer.ts";
 import { type Netns, NetnsScope, netnsUnavailableReason } from "../../../../support/netns.ts";
+import { mulberry32 as prng } from "../../../../support/random.ts";
 
 /** Chains that a partial sync must never re-declare unless their fixed rules changed. */
 const SHARED_AND_FIXED = [
@@ -132,18 +133,6 @@ describe("FakeIptables -D / -I", () => {
 
 // ---------------------------------------------------------------------------------------------------
 // (a) Random change sequences: full, then incremental syncs, must equal a fresh full sync after each.
-
-/** Deterministic PRNG (mulberry32). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 class Scenario {
   readonly p: FakeProxier;

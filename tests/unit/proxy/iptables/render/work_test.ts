@@ -23,6 +23,7 @@ import {
   makeServicePort,
   TEST_NODE_NAME,
 } from "../../../../support/tracer.ts";
+import { mulberry32 as prng } from "../../../../support/random.ts";
 
 function sortEndpoints(eps: EndpointInfo[]): EndpointInfo[] {
   return eps.sort((a, b) => (a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0));
@@ -179,18 +180,6 @@ describe("an incremental sync's work does not grow with the unchanged Services",
 });
 
 describe("bookkeeping kept in the state equals a render from scratch", () => {
-  /** Deterministic PRNG (mulberry32). */
-  function prng(seed: number): () => number {
-    let a = seed >>> 0;
-    return () => {
-      a = (a + 0x6d2b79f5) >>> 0;
-      let t = a;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
-
   for (const seed of [1, 2, 3, 4]) {
     it(`seed ${seed}: random changes named by key or by Service, skipped ports, setting changes`, () => {
       const rnd = prng(seed);
