@@ -30,14 +30,18 @@ import {
   type FirstSyncSplitOptions,
 } from "./render/incremental_first_sync.ts";
 import { COLLECT_BEFORE_FULL_RENDER, releaseMemory } from "../../runtime/memory.ts";
+import { type NftTransactionText, transactionLength } from "./render/transaction.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
 export const STALE_CHAIN_DELAY_MS = 1000;
 
 /** The host side of one family (real nft in the agent, a fake in tests, a printer in --dry-run). */
 export interface NftablesHost {
-  /** Applies one transaction atomically; throws with nft's message when it fails. */
-  apply(transaction: string): Promise<void>;
+  /**
+   * Applies one transaction (a text, or chunks of whole lines) atomically; throws with nft's message when
+   * it fails.
+   */
+  apply(transaction: NftTransactionText): Promise<void>;
   /** Chains and sets now in table `kube-proxy`, or null when the table does not exist (or in dry-run). */
   listObjects(): Promise<NftTableObjects | null>;
   /**
@@ -181,7 +185,8 @@ export class NftablesBackend implements Provider {
     });
     for (const w of result.warnings) o.log.warn(w);
     let bounded = false;
-    const parts: Iterable<string> = split && result.deferred !== null
+    // A full sync not split goes from its chunks: a 10k-Service one is 41 MB, never joined here.
+    const parts: Iterable<NftTransactionText> = split && result.deferred !== null
       ? deferredFirstSyncTransactions(result.deferred, {
         ...o.firstSyncSplit,
         existingServicePorts: (listed?.chains ?? []).filter((c) =>
@@ -189,13 +194,14 @@ export class NftablesBackend implements Provider {
         ).length,
         onSplit: () => bounded = true,
       })
-      : [result.transaction];
+      : [result.full ? result.transactionChunks : result.transaction];
     const foreignBefore = result.full ? await o.host.foreignCommits() : null;
     let bytes = 0;
     try {
       for (const part of parts) {
-        bytes += part.length;
-        if (part !== "") await o.host.apply(part);
+        const length = transactionLength(part);
+        bytes += length;
+        if (length > 0) await o.host.apply(part);
       }
     } catch (e) {
       this.#verifiedAt = null;
