@@ -3,7 +3,8 @@
  * full render (NftIncrementalRenderer, its cache copied by compactCache; as the agent renders it, without
  * the service ports' chains, or with `--text` the whole text), the first bounded transaction (the first
  * chunk's service ports rendered; with `--text` firstSyncTransactions' scan of the whole text), the rest of
- * the bounded sequence. Each step prints the
+ * the bounded sequence, then a later full sync not split (rendered whole, encoded into one netlink batch
+ * from its chunks; with `--text` from the joined text). Each step prints the
  * heap (after a collection only where said), VmRSS and the VmHWM reached during that step: the peak is reset
  * before each step (`echo 5 > /proc/self/clear_refs`). Nothing here applies the transactions, so nothing
  * collects between them (the agent's nft session does every 4 MiB): the last step's peak is not the
@@ -22,6 +23,7 @@ import {
   firstSyncTransactions,
 } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { releaseMemory } from "../lib/runtime/memory.ts";
+import { NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -63,5 +65,11 @@ for (const part of sequence) {
   if (parts === 1) step("first bounded transaction");
 }
 step(`the other ${parts - 1} (${round(bytes / 1e6, 1)} MB in all)`);
+step("settled", true);
+// A later full sync, not split (hourly, or after a failed bounded one): rendered whole and encoded into one
+// netlink batch from its chunks (with `--text`: joined into one string first, as before).
+const again = renderer.sync({ ...input, firstSync: false }, null);
+const batch = new NftBatchEncoder().encode(text ? again.transaction : again.transactionChunks, 1);
+step(`full sync not split (${round(batch.bytes.length / 1e6, 1)} MB batch)`);
 step("settled", true);
 (globalThis as Record<string, unknown>).benchKeep = [model, renderer, full];
