@@ -184,6 +184,8 @@ export class NftablesBackend implements Provider {
       deferServicePortChains: split,
     });
     for (const w of result.warnings) o.log.warn(w);
+    // The render's garbage goes before the first chunk's service ports are rendered and encoded beside it.
+    if (split && state.services.size >= COLLECT_BEFORE_FULL_RENDER) releaseMemory();
     let bounded = false;
     // A full sync not split goes from its chunks: a 10k-Service one is 41 MB, never joined here.
     const parts: Iterable<NftTransactionText> = split && result.deferred !== null
