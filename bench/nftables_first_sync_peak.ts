@@ -1,12 +1,15 @@
 /**
  * Where a first nftables sync's peak RSS comes from, step by step, in-process (no kernel): the model, the
- * full render (NftIncrementalRenderer, its cache copied by compactCache), the first bounded transaction
- * (firstSyncTransactions' scan of the whole text), the rest of the bounded sequence. Each step prints the
+ * full render (NftIncrementalRenderer, its cache copied by compactCache; as the agent renders it, without
+ * the service ports' chains, or with `--text` the whole text), the first bounded transaction (the first
+ * chunk's service ports rendered; with `--text` firstSyncTransactions' scan of the whole text), the rest of
+ * the bounded sequence, then a later full sync not split (rendered whole, encoded into one netlink batch
+ * from its chunks; with `--text` from the joined text). Each step prints the
  * heap (after a collection only where said), VmRSS and the VmHWM reached during that step: the peak is reset
  * before each step (`echo 5 > /proc/self/clear_refs`). Nothing here applies the transactions, so nothing
  * collects between them (the agent's nft session does every 4 MiB): the last step's peak is not the
  * agent's. Bun only, Linux; figures only, asserts nothing:
- *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000]
+ *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000] [--text]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -15,8 +18,12 @@ import { buildClusterModel } from "./cluster_model.ts";
 import { nftRenderInputFor } from "./nftables_model.ts";
 import { round } from "./stats.ts";
 import { NftIncrementalRenderer } from "../lib/proxy/nftables/render/incremental.ts";
-import { firstSyncTransactions } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
+import {
+  deferredFirstSyncTransactions,
+  firstSyncTransactions,
+} from "../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { releaseMemory } from "../lib/runtime/memory.ts";
+import { NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -43,15 +50,26 @@ const model = buildClusterModel(syntheticCluster({ services }));
 const input = { ...nftRenderInputFor(model), services: model.services };
 step("model", true);
 const renderer = new NftIncrementalRenderer();
-const full = renderer.sync(input, null);
-step(`full render (${round(full.transactionChunks.reduce((n, c) => n + c.length + 1, 0) / 1e6, 1)} MB)`);
+const text = process.argv.includes("--text");
+const full = renderer.sync(input, null, { deferServicePortChains: !text });
+const held = full.transactionChunks.reduce((n, c) => n + c.length + 1, 0);
+step(`full render (${round(held / 1e6, 1)} MB held)`);
 let parts = 0;
 let bytes = 0;
-for (const part of firstSyncTransactions(full.transactionChunks)) {
+const sequence = full.deferred === null
+  ? firstSyncTransactions(full.transactionChunks)
+  : deferredFirstSyncTransactions(full.deferred);
+for (const part of sequence) {
   parts++;
   bytes += part.length;
   if (parts === 1) step("first bounded transaction");
 }
 step(`the other ${parts - 1} (${round(bytes / 1e6, 1)} MB in all)`);
+step("settled", true);
+// A later full sync, not split (hourly, or after a failed bounded one): rendered whole and encoded into one
+// netlink batch from its chunks (with `--text`: joined into one string first, as before).
+const again = renderer.sync({ ...input, firstSync: false }, null);
+const batch = new NftBatchEncoder().encode(text ? again.transaction : again.transactionChunks, 1);
+step(`full sync not split (${round(batch.bytes.length / 1e6, 1)} MB batch)`);
 step("settled", true);
 (globalThis as Record<string, unknown>).benchKeep = [model, renderer, full];

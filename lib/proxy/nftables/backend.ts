@@ -2,7 +2,8 @@
  * The nftables backend of one IP family (upstream pkg/proxy/nftables/proxier.go's kernel half): renders
  * the proxy state into `nft -f -` transactions for table `kube-proxy` and hands them to its host. Full
  * syncs re-create the table's contents as upstream does (one transaction; a first sync into an empty or
- * foreign table as bounded make-before-break transactions, render/incremental_first_sync.ts). Partial
+ * foreign table as bounded make-before-break transactions, render/incremental_first_sync.ts, their service
+ * ports' chains rendered a chunk at a time as they are applied). Partial
  * syncs cost O(change) (render/incremental.ts): only the changed service ports are rendered, their
  * chains rewritten and their element differences written; nothing is read from the kernel. Full syncs
  * list the chain and set names (declarations only). Stale per-service chains are flushed by the sync
@@ -24,16 +25,23 @@ import {
   NftIncrementalRenderer,
   type NftIncrementalWork,
 } from "./render/incremental.ts";
-import { type FirstSyncSplitOptions, firstSyncTransactions } from "./render/incremental_first_sync.ts";
+import {
+  deferredFirstSyncTransactions,
+  type FirstSyncSplitOptions,
+} from "./render/incremental_first_sync.ts";
 import { COLLECT_BEFORE_FULL_RENDER, releaseMemory } from "../../runtime/memory.ts";
+import { type NftTransactionText, transactionLength } from "./render/transaction.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
 export const STALE_CHAIN_DELAY_MS = 1000;
 
 /** The host side of one family (real nft in the agent, a fake in tests, a printer in --dry-run). */
 export interface NftablesHost {
-  /** Applies one transaction atomically; throws with nft's message when it fails. */
-  apply(transaction: string): Promise<void>;
+  /**
+   * Applies one transaction (a text, or chunks of whole lines) atomically; throws with nft's message when
+   * it fails.
+   */
+  apply(transaction: NftTransactionText): Promise<void>;
   /** Chains and sets now in table `kube-proxy`, or null when the table does not exist (or in dry-run). */
   listObjects(): Promise<NftTableObjects | null>;
   /**
@@ -168,31 +176,34 @@ export class NftablesBackend implements Provider {
       listed = await listing;
       input = { ...input, existingChains: listed?.chains ?? null, existingSets: listed?.sets ?? null };
     }
-    const result = this.#renderer.sync(input, full ? null : state.changedServices);
-    for (const w of result.warnings) o.log.warn(w);
     // A first sync into an empty or foreign table: bounded make-before-break transactions (sized by the
-    // service ports already in the table), each made as it is applied.
-    // (From the chunks: the full sync's text is never joined into one string on this path.)
-    const split = result.full && (listed === null || this.#firstSync) && !this.#boundedFailed;
-    const parts: Iterable<string> = split
-      ? firstSyncTransactions(result.transactionChunks, {
+    // service ports already in the table), each made as it is applied, its service ports' chains rendered
+    // a chunk at a time (the full sync's text is never held whole on this path).
+    const split = full && (listed === null || this.#firstSync) && !this.#boundedFailed;
+    const result = this.#renderer.sync(input, full ? null : state.changedServices, {
+      deferServicePortChains: split,
+    });
+    for (const w of result.warnings) o.log.warn(w);
+    // The render's garbage goes before the first chunk's service ports are rendered and encoded beside it.
+    if (split && state.services.size >= COLLECT_BEFORE_FULL_RENDER) releaseMemory();
+    let bounded = false;
+    // A full sync not split goes from its chunks: a 10k-Service one is 41 MB, never joined here.
+    const parts: Iterable<NftTransactionText> = split && result.deferred !== null
+      ? deferredFirstSyncTransactions(result.deferred, {
         ...o.firstSyncSplit,
         existingServicePorts: (listed?.chains ?? []).filter((c) =>
           isServiceChainName(c) && c.startsWith(SERVICE_CHAIN_PREFIX)
         ).length,
+        onSplit: () => bounded = true,
       })
-      : [result.transaction];
+      : [result.full ? result.transactionChunks : result.transaction];
     const foreignBefore = result.full ? await o.host.foreignCommits() : null;
     let bytes = 0;
-    let bounded = false;
-    // The whole transaction's length ("\n" after each chunk).
-    const whole = result.transactionChunks.reduce((n, c) => n + c.length + 1, 0);
     try {
       for (const part of parts) {
-        // Anything but the whole transaction is one of a bounded sequence (each is shorter than it).
-        bounded ||= split && part.length !== whole;
-        bytes += part.length;
-        if (part !== "") await o.host.apply(part);
+        const length = transactionLength(part);
+        bytes += length;
+        if (length > 0) await o.host.apply(part);
       }
     } catch (e) {
       this.#verifiedAt = null;

@@ -5,13 +5,16 @@
  */
 import type { IPFamily } from "../types.ts";
 import type { NftablesHost } from "./backend.ts";
+import { type NftTransactionText, streamedChunks } from "./render/transaction.ts";
 
 /** A host that writes each transaction to `write`. */
 export function createNftDryRunHost(family: IPFamily, write: (text: string) => void): NftablesHost {
   return {
-    apply(transaction: string): Promise<void> {
+    apply(transaction: NftTransactionText): Promise<void> {
       write(`# nft -f - <<EOF (${family})\n`);
-      write(transaction.endsWith("\n") ? transaction : transaction + "\n");
+      // (An empty transaction still prints its empty line.)
+      const chunks = streamedChunks(transaction);
+      for (const chunk of chunks.length === 0 ? ["\n"] : chunks) write(chunk);
       write("# EOF\n");
       return Promise.resolve();
     },

@@ -17,6 +17,12 @@ import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch
 import { anonymousSetNamer, type EncodeOptions, NftBatchEncoder } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory } from "../../runtime/memory.ts";
+import {
+  type NftTransactionText,
+  streamedChunks,
+  transactionLength,
+  transactionString,
+} from "./render/transaction.ts";
 
 /**
  * Applies nft transactions: the `run` of the backend's NftRunner (same signature), plus `close`. The
@@ -24,10 +30,10 @@ import { releaseMemory } from "../../runtime/memory.ts";
  */
 export interface NftTransactionRunner {
   /**
-   * Applies `transaction` (nft syntax, one command per line; chunks are concatenated in order)
+   * Applies `transaction` (nft syntax, one command per line; or chunks of whole lines, in order)
    * atomically; rejects with an {@link NftTransactionError} carrying nft's error text.
    */
-  run(transaction: string | readonly string[]): Promise<void>;
+  run(transaction: NftTransactionText): Promise<void>;
   /** Waits for the running transaction, then releases the writer; later `run` calls reject. */
   close(): Promise<void>;
 }
@@ -166,10 +172,9 @@ export class NftSession implements NftTransactionRunner {
     return this.lib === null ? "nft -f -" : "libnftables";
   }
 
-  /** Applies `transaction` after every earlier one; "" is a no-op. */
-  run(transaction: string | readonly string[]): Promise<void> {
+  /** Applies `transaction` after every earlier one; "" is a no-op. Chunks are not joined for netlink. */
+  run(transaction: NftTransactionText): Promise<void> {
     if (this.#closed) return Promise.reject(new Error("nft session is closed"));
-    if (typeof transaction !== "string") transaction = transaction.join("");
     this.#pending++;
     if (this.#trimTimer !== null) clearTimeout(this.#trimTimer);
     this.#trimTimer = null;
@@ -196,8 +201,9 @@ export class NftSession implements NftTransactionRunner {
     return this.#encoder.retainedBytes;
   }
 
-  async #apply(transaction: string): Promise<void> {
-    if (transaction === "") return;
+  async #apply(transaction: NftTransactionText): Promise<void> {
+    const length = transactionLength(transaction);
+    if (length === 0) return;
     if (this.netlink !== null) {
       let done = false;
       try {
@@ -223,22 +229,25 @@ export class NftSession implements NftTransactionRunner {
       }
       if (done) return;
     }
-    const large = transaction.length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
+    const large = length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {
-      const r = this.lib.run(transaction);
-      if (!r.ok) throw new NftTransactionError("libnftables", r.error, transaction);
+      const text = transactionString(transaction);
+      const r = this.lib.run(text);
+      if (!r.ok) throw new NftTransactionError("libnftables", r.error, text);
       this.counts["libnftables"]++;
       return;
     }
     const argv = [...(this.options.commandPrefix ?? []), this.options.nftPath ?? "nft", "-f", "-"];
     const r = await runInProcessGroup(argv, {
-      stdin: transaction,
+      stdin: streamedChunks(transaction),
       timeoutMs: this.options.timeoutMs ?? 120_000,
       env: { ...process.env, LC_ALL: "C" },
     }).catch((e: Error) => {
-      throw new NftTransactionError("nft -f -", e.message, transaction);
+      throw new NftTransactionError("nft -f -", e.message, transactionString(transaction));
     });
-    if (r.code !== 0) throw new NftTransactionError("nft -f -", r.stderr || r.exit, transaction);
+    if (r.code !== 0) {
+      throw new NftTransactionError("nft -f -", r.stderr || r.exit, transactionString(transaction));
+    }
     this.counts["nft -f -"]++;
   }
 
@@ -246,7 +255,7 @@ export class NftSession implements NftTransactionRunner {
    * Commits `transaction` as one netlink batch; false when the encoder does not know one of its
    * statements (nothing was sent). Throws an NftTransactionError naming the refused statement.
    */
-  #applyNetlink(socket: NftBatchSocket, transaction: string): boolean {
+  #applyNetlink(socket: NftBatchSocket, transaction: NftTransactionText): boolean {
     let batch;
     try {
       batch = this.#encoder.encode(transaction, this.#seq, this.#encode);
@@ -263,7 +272,7 @@ export class NftSession implements NftTransactionRunner {
       outcome = socket.commit(batch.bytes, batch.lastSeq);
     } catch (e) {
       // The socket could not take the batch (send buffer, send): nothing was committed.
-      throw new NftTransactionError("netlink", (e as Error).message, transaction);
+      throw new NftTransactionError("netlink", (e as Error).message, transactionString(transaction));
     }
     if (outcome.errors.length > 0 || !outcome.acknowledged) {
       const lines = outcome.errors.map((e) =>
@@ -272,7 +281,7 @@ export class NftSession implements NftTransactionRunner {
         }`
       );
       if (lines.length === 0) lines.push("Error: the kernel did not acknowledge the batch");
-      throw new NftTransactionError("netlink", lines.join("\n"), transaction);
+      throw new NftTransactionError("netlink", lines.join("\n"), transactionString(transaction));
     }
     this.counts["netlink"]++;
     this.#sentSinceRelease += batch.bytes.length;

@@ -4,7 +4,7 @@
  * a long-lived nft process) implements the same interface and is swapped in by the mode.
  */
 import { runInProcessGroup, type RunResult } from "../../runtime/process_groups.ts";
-import type { NftFamily } from "./render/transaction.ts";
+import { type NftFamily, type NftTransactionText, streamedChunks } from "./render/transaction.ts";
 import { KUBE_PROXY_TABLE } from "./render/names.ts";
 import { copyOf } from "./drift.ts";
 
@@ -19,8 +19,8 @@ export interface NftTableObjects {
 
 /** Runs nft commands. Every method throws {@link NftError} when nft fails. */
 export interface NftRunner {
-  /** Applies one transaction atomically (`nft -f -`); chunks are streamed in order. */
-  run(transaction: string | readonly string[]): Promise<void>;
+  /** Applies one transaction atomically (`nft -f -`); chunks of whole lines are streamed in order. */
+  run(transaction: NftTransactionText): Promise<void>;
   /** Checks a transaction without applying it (`nft -c -f -`). */
   check(transaction: string): Promise<void>;
   /**
@@ -80,7 +80,7 @@ export function createNftRunner(command: readonly string[] = ["nft"]): NftRunner
   };
   return {
     async run(transaction) {
-      await exec(["-f", "-"], "nft -f -", transaction);
+      await exec(["-f", "-"], "nft -f -", streamedChunks(transaction));
     },
     async check(transaction) {
       await exec(["-c", "-f", "-"], "nft -c -f -", transaction);

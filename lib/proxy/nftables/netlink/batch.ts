@@ -25,6 +25,7 @@ import { writeChain, writeTable } from "./chain.ts";
 import { type EncodeOptions, NftBatchSets } from "./set.ts";
 import { unquote } from "./syntax.ts";
 import { NftNetlinkUnsupported } from "./unsupported.ts";
+import { type NftTransactionText, transactionLength } from "../render/transaction.ts";
 
 // The batch's options and the anonymous set names are set.ts's; callers take them from here with the
 // encoder.
@@ -102,6 +103,7 @@ export class NftBatchEncoder {
   #seq = 0;
   #lastAt = -1;
   #starts: number[] = [];
+
   readonly #sets = new NftBatchSets();
   /** The current line as the message writers see it (one object for the encoder's life). */
   readonly #at: BatchLine;
@@ -147,21 +149,28 @@ export class NftBatchEncoder {
 
   /**
    * `transaction` as one NFNL batch, sequence numbers from `firstSeq`: BATCH_BEGIN, its messages (the
-   * last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END.
+   * last with NLM_F_ACK, so the reader knows the kernel got to the end), BATCH_END. Chunks of whole lines
+   * are read one after the other, never joined.
    */
-  encode(transaction: string, firstSeq: number, opts: EncodeOptions = {}): FramedBatch {
+  encode(transaction: NftTransactionText, firstSeq: number, opts: EncodeOptions = {}): FramedBatch {
+    const texts = typeof transaction === "string" ? [transaction] : transaction;
     const w = this.#batch;
     w.reset();
     // A batch takes up to ~2 bytes per byte of transaction (rules; elements ~1.2): sized once.
-    w.reserve(2 * transaction.length + 2 * BATCH_FRAME_BYTES);
+    w.reserve(2 * transactionLength(transaction) + 2 * BATCH_FRAME_BYTES);
     writeBatchBegin(w, firstSeq);
-    this.#tx = transaction;
     this.#seq = firstSeq + 1;
     this.#lastAt = -1;
     this.#starts = [];
     this.#sets.reset(opts);
+    // The first message of each chunk (the messages' offsets in #starts are into their chunk).
+    const firsts: number[] = [];
     try {
-      this.#messages();
+      for (const text of texts) {
+        firsts.push(this.#starts.length);
+        this.#tx = text;
+        this.#messages();
+      }
     } finally {
       // Names read from the transaction are substrings of it: none is kept past the batch.
       this.#tx = "";
@@ -171,7 +180,11 @@ export class NftBatchEncoder {
     }
     if (this.#lastAt >= 0) w.addMessageFlags(this.#lastAt, NLM_F_ACK);
     const starts = this.#starts;
-    return framed(w, firstSeq, starts.length, (k) => lineAt(transaction, starts[k]));
+    return framed(w, firstSeq, starts.length, (k) => {
+      let c = firsts.length - 1;
+      while (firsts[c] > k) c--;
+      return lineAt(texts[c], starts[k]);
+    });
   }
 
   /** The current line. */

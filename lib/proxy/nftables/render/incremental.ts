@@ -6,7 +6,8 @@
  * to diff every element) and no table listing.
  *
  * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built from
- * what its single pass tells an observer (each service port rendered once). The cache keeps no rendered
+ * what its single pass tells an observer (each service port rendered once). For a bounded first sync the
+ * pass leaves the service ports' chains out, and they are rendered again as the sequence is made. The cache keeps no rendered
  * text: per service port only its element ids and its chain and set names (coded, coded_names.ts); per
  * element its wanting ports and the value and comment each writes. What the kernel holds is not stored:
  * it is each element's first wanting port's body, as a full sync writes it. After a full sync the cache
@@ -33,7 +34,9 @@ import {
   type NftRenderResult,
   renderNFTablesSync,
   renderStaleChainDeletion,
+  servicePortChainRenderer,
 } from "./render.ts";
+import type { DeferredFullSync } from "./incremental_first_sync.ts";
 import type { ServicePortOutcome } from "./service_port.ts";
 import {
   bodyOf,
@@ -88,6 +91,21 @@ export interface NftIncrementalResult {
   /** Service ports without local endpoints for internal / external traffic, after this sync. */
   readonly noLocalEndpointsInternal: number;
   readonly noLocalEndpointsExternal: number;
+  /**
+   * A full sync rendered with `deferServicePortChains`: the transaction apart from its service ports'
+   * chains, and those rendered on demand (`transactionChunks` then hold only the rest, and `transaction`
+   * renders the whole anew when read); null otherwise.
+   */
+  readonly deferred: DeferredFullSync | null;
+}
+
+/** How {@link NftIncrementalRenderer.sync} renders. */
+export interface NftIncrementalOptions {
+  /**
+   * A full sync's service ports' chains, rules and affinity sets are rendered only when read
+   * (NftIncrementalResult.deferred), for a bounded first sync that applies them a chunk at a time.
+   */
+  readonly deferServicePortChains?: boolean;
 }
 
 /** Element identity: container and key. */
@@ -163,9 +181,13 @@ export class NftIncrementalRenderer {
   readonly work: NftIncrementalWork = { servicePortsRendered: 0, elementsCompared: 0 };
 
   /** Renders a sync; falls back to a full sync when there is no state or a node-level setting changed. */
-  sync(input: NftIncrementalInput, changed: Iterable<string> | null): NftIncrementalResult {
+  sync(
+    input: NftIncrementalInput,
+    changed: Iterable<string> | null,
+    options: NftIncrementalOptions = {},
+  ): NftIncrementalResult {
     const settings = settingsOf(input);
-    if (changed === null || this.#settings !== settings) return this.#full(input, settings);
+    if (changed === null || this.#settings !== settings) return this.#full(input, settings, options);
     return this.#incremental(input, changed);
   }
 
@@ -209,7 +231,7 @@ export class NftIncrementalRenderer {
     return [...this.#stale].sort();
   }
 
-  #full(input: NftIncrementalInput, settings: string): NftIncrementalResult {
+  #full(input: NftIncrementalInput, settings: string, options: NftIncrementalOptions): NftIncrementalResult {
     this.#settings = settings;
     this.#fragments = new Map<string, Fragment>();
     this.#owners = new Map<string, Owners>();
@@ -231,6 +253,7 @@ export class NftIncrementalRenderer {
           wanted = [];
         },
       },
+      { deferServicePortChains: options.deferServicePortChains },
     );
     for (const key of result.skippedServices) this.#skipped.set(key, "");
     // The render's garbage is still unswept: the copy goes into blocks of its own (the heap keeps ~25
@@ -247,11 +270,25 @@ export class NftIncrementalRenderer {
     for (const c of result.activeChains) this.#stale.delete(c);
     // Only the chunks: the render result's state is garbage once this returns.
     const chunks = result.transactionChunks;
+    const keys = result.deferredServicePorts;
+    const deferred: DeferredFullSync | null = keys === null ? null : {
+      rest: chunks,
+      *serviceLines() {
+        const render = servicePortChainRenderer(input, input.services);
+        for (const key of keys) yield* render(key);
+      },
+      // (Not kept: read only for a sync small enough not to be split.)
+      whole: () =>
+        joinTransactionChunks(
+          renderNFTablesSync({ ...input, services: input.services.values() }, null).transactionChunks,
+        ),
+    };
     let transaction: string | undefined;
     return {
       get transaction(): string {
-        return transaction ??= joinTransactionChunks(chunks);
+        return transaction ??= deferred === null ? joinTransactionChunks(chunks) : deferred.whole();
       },
+      deferred,
       transactionChunks: chunks,
       operations: result.operations,
       full: true,
@@ -343,6 +380,7 @@ export class NftIncrementalRenderer {
     }
     const chunk = lines.join("\n");
     return {
+      deferred: null,
       transaction: lines.length === 0 ? "" : chunk + "\n",
       transactionChunks: lines.length === 0 ? [] : [chunk],
       operations: lines.length,

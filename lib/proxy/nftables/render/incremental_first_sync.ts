@@ -16,6 +16,11 @@
  *      switches over atomically here.
  * Applying the sequence leaves the same table as applying the full transaction at once
  * (tests/unit/proxy/nftables/incremental_test.ts).
+ *
+ * The sequence is made from the full sync's text ({@link firstSyncTransactions}) or, in the agent, from a
+ * full sync rendered without its service ports' chains, which are rendered a chunk at a time as the
+ * sequence is applied ({@link deferredFirstSyncTransactions}): the same transactions, byte for byte,
+ * without the 41 MB of a 10k-Service full sync held during the ~40 s the kernel takes for them.
  */
 import { AFFINITY_SET_PREFIX } from "./names.ts";
 import { NFT_BASE_CHAINS } from "./setup.ts";
@@ -34,6 +39,8 @@ export interface FirstSyncSplitOptions {
   readonly budget?: number;
   /** Service ports already in the table (an existing table's), for the adaptive bound. */
   readonly existingServicePorts?: number;
+  /** Told once the sync is known to go as bounded transactions, before the first of them is made. */
+  readonly onSplit?: () => void;
 }
 
 /**
@@ -137,20 +144,16 @@ export function splitNFTablesFullSync(
 }
 
 /**
- * The transactions of {@link splitNFTablesFullSync}, made one at a time as they are applied: at 10k
- * Services the whole sequence is another 41 MB of text beside the transaction, and its lines as strings
- * more, all held for the ~40 s the kernel takes. Only the line offsets of the service ports' lines are
- * kept between transactions. `transaction` is the text, or its chunks of whole lines each without its
- * last newline (NftRenderResult.transactionChunks): read in place, the 41 MB are never joined into one
- * string beside them.
+ * The transactions of {@link splitNFTablesFullSync}, made one at a time as they are applied, from the full
+ * sync's text. `transaction` is the text, or its chunks of whole lines each without its last newline
+ * (NftRenderResult.transactionChunks): read in place, never joined into one string beside them. Only
+ * the line offsets of the service ports' lines are kept between transactions. (The agent renders the
+ * service ports' lines on demand instead: {@link deferredFirstSyncTransactions}.)
  */
-export function* firstSyncTransactions(
+export function firstSyncTransactions(
   transaction: string | readonly string[],
   opts: FirstSyncSplitOptions = {},
 ): Generator<string, void, undefined> {
-  const fixed = opts.servicePortsPerTransaction === undefined
-    ? null
-    : Math.max(1, opts.servicePortsPerTransaction);
   const texts = typeof transaction === "string" ? [transaction] : transaction;
   const o: LineObject = { verb: "", kind: "", nameFrom: 0, nameTo: 0 };
   const ends = texts.map((t) => t.endsWith("\n") ? t.length - 1 : t.length);
@@ -171,15 +174,11 @@ export function* firstSyncTransactions(
       to = from - 1;
     }
   }
-  const prelude: string[] = [];
   const rest: string[] = [];
-  // The service ports' lines as [start, end) offsets into texts[lineText]; a group (one service port)
-  // begins at groupStart[g].
+  // The service ports' lines as [start, end) offsets into texts[lineText].
   const lineText: number[] = [];
   const lineFrom: number[] = [];
   const lineTo: number[] = [];
-  const groupStart: number[] = [];
-  let prevWasChainDecl = false;
   for (let t = 0; t < texts.length; t++) {
     const text = texts[t];
     const end = ends[t];
@@ -188,26 +187,12 @@ export function* firstSyncTransactions(
       if (to < 0 || to > end) to = end;
       if (to > from) {
         objectOf(text, from, to, o);
-        if (o.kind === "table" && o.verb === "add") prelude.push(text.slice(from, to));
-        // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
-        if (
-          o.kind === "chain" && o.verb === "add" && !namesServiceChain(text, o) &&
-          !BASE_CHAINS.has(text.slice(o.nameFrom, o.nameTo))
-        ) {
-          prelude.push(text.slice(from, to));
-        }
         // Stale flushes come after the last service port's lines: they stay with the switch-over.
         const beforeLast = t < lastServiceText || (t === lastServiceText && to <= lastServiceLineEnd);
         if (beforeLast && isServiceLine(text, o)) {
-          const chainDecl = o.kind === "chain";
-          // A service port starts with its chain declarations; its rules follow them.
-          if (groupStart.length === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) {
-            groupStart.push(lineFrom.length);
-          }
           lineText.push(t);
           lineFrom.push(from);
           lineTo.push(to);
-          prevWasChainDecl = chainDecl;
         } else {
           rest.push(text.slice(from, to));
         }
@@ -215,25 +200,125 @@ export function* firstSyncTransactions(
       from = to + 1;
     }
   }
+  function* serviceLines(): Generator<string, void, undefined> {
+    for (let i = 0; i < lineFrom.length; i++) yield texts[lineText[i]].slice(lineFrom[i], lineTo[i]);
+  }
+  return boundedTransactions(
+    rest,
+    serviceLines(),
+    () => typeof transaction === "string" ? transaction : joinTransactionChunks(transaction),
+    opts,
+  );
+}
+
+/** A full sync rendered with its service ports' chains left out (renderNFTablesSync's deferServicePortChains). */
+export interface DeferredFullSync {
+  /** The transaction without them, as chunks of whole lines each without its last newline. */
+  readonly rest: readonly string[];
+  /** The service ports' chain, rule and affinity-set lines, in the full transaction's order, made as read. */
+  serviceLines(): Iterable<string>;
+  /** The whole transaction, rendered anew. */
+  whole(): string;
+}
+
+/**
+ * The transactions {@link firstSyncTransactions} makes of the whole full sync, byte for byte, made from a
+ * {@link DeferredFullSync}: each chunk's service ports are rendered as the chunk is made, so that at no
+ * time more than one chunk of them is held (at 10k Services the whole text is 41 MB, the rest ~4). Whether
+ * the sync is split is known once more service ports than the first chunk holds were rendered; when it
+ * is not, the whole transaction is rendered anew.
+ */
+export function deferredFirstSyncTransactions(
+  sync: DeferredFullSync,
+  opts: FirstSyncSplitOptions = {},
+): Generator<string, void, undefined> {
+  const rest = { [Symbol.iterator]: () => linesOf(sync.rest) };
+  return boundedTransactions(rest, sync.serviceLines(), () => sync.whole(), opts);
+}
+
+/** The lines of chunks of whole lines (each without its last newline), made as read. */
+function* linesOf(chunks: readonly string[]): Generator<string, void, undefined> {
+  for (const chunk of chunks) {
+    for (let from = 0; from <= chunk.length;) {
+      let to = chunk.indexOf("\n", from);
+      if (to < 0) to = chunk.length;
+      if (to > from) yield chunk.slice(from, to);
+      from = to + 1;
+    }
+  }
+}
+
+/**
+ * The bounded sequence of a full sync given apart: `rest` (every line that is not a service port's
+ * chain, rule or affinity set, in order; read twice: for the prelude, and for the switch-over) and
+ * `serviceLines` (those, in order; read once, as the chunks are made). `whole` is the unsplit
+ * transaction, asked for only when the sync is not split.
+ */
+function* boundedTransactions(
+  rest: Iterable<string>,
+  serviceLines: Iterable<string>,
+  whole: () => string,
+  opts: FirstSyncSplitOptions,
+): Generator<string, void, undefined> {
+  const fixed = opts.servicePortsPerTransaction === undefined
+    ? null
+    : Math.max(1, opts.servicePortsPerTransaction);
   const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
   const existing = opts.existingServicePorts ?? 0;
   const chunkAt = (written: number) => fixed ?? adaptiveChunk(existing + written, budget);
-  const groups = groupStart.length;
-  if (groups <= chunkAt(0)) {
-    yield typeof transaction === "string" ? transaction : joinTransactionChunks(transaction);
+  const o: LineObject = { verb: "", kind: "", nameFrom: 0, nameTo: 0 };
+  // Groups (service ports) written in earlier chunks, and the current chunk's groups and lines.
+  let written = 0;
+  let groups = 0;
+  let lines: string[] = [];
+  let split = false;
+  let prevWasChainDecl = false;
+  for (const line of serviceLines) {
+    objectOf(line, 0, line.length, o);
+    const chainDecl = o.kind === "chain";
+    // A service port starts with its chain declarations; its rules follow them.
+    if (written + groups === 0 || (chainDecl && o.verb === "add" && !prevWasChainDecl)) {
+      if (groups === chunkAt(written)) {
+        if (!split) {
+          split = true;
+          opts.onSplit?.();
+          yield preludeOf(rest);
+        }
+        yield lines.join("\n") + "\n";
+        written += groups;
+        groups = 0;
+        lines = [];
+      }
+      groups++;
+    }
+    lines.push(line);
+    prevWasChainDecl = chainDecl;
+  }
+  if (!split) {
+    yield whole();
     return;
   }
-  yield prelude.join("\n") + "\n";
-  for (let g = 0; g < groups;) {
-    const next = Math.min(groups, g + chunkAt(g));
-    const first = groupStart[g];
-    const last = next < groups ? groupStart[next] : lineFrom.length;
-    const lines: string[] = [];
-    for (let i = first; i < last; i++) lines.push(texts[lineText[i]].slice(lineFrom[i], lineTo[i]));
-    yield lines.join("\n") + "\n";
-    g = next;
-  }
+  yield lines.join("\n") + "\n";
+  lines = [];
   yield mergeElements(rest).join("\n") + "\n";
+}
+
+/** The prelude: the table and the fixed regular chains, from `rest`. */
+function preludeOf(rest: Iterable<string>): string {
+  const o: LineObject = { verb: "", kind: "", nameFrom: 0, nameTo: 0 };
+  const prelude: string[] = [];
+  for (const line of rest) {
+    objectOf(line, 0, line.length, o);
+    if (o.kind === "table" && o.verb === "add") prelude.push(line);
+    // Regular fixed chains may be created early: an unreferenced new chain changes nothing that runs.
+    if (
+      o.kind === "chain" && o.verb === "add" && !namesServiceChain(line, o) &&
+      !BASE_CHAINS.has(line.slice(o.nameFrom, o.nameTo))
+    ) {
+      prelude.push(line);
+    }
+  }
+  return prelude.join("\n") + "\n";
 }
 
 /** Elements per merged `add element` command. */
@@ -247,7 +332,7 @@ const ELEMENTS_PER_COMMAND = 1000;
  * Sound for a full sync's lines: each container is flushed before its first element and not touched
  * again, and every chain an element points at is declared before it.
  */
-export function mergeElements(lines: readonly string[]): string[] {
+export function mergeElements(lines: Iterable<string>): string[] {
   const out: string[] = [];
   // Per container: where its first element line was, and its element bodies in order.
   const byContainer = new Map<string, { at: number; bodies: string[] }>();

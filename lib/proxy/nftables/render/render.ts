@@ -10,7 +10,7 @@
  */
 import type { EndpointInfo, IPFamily, ServicePortInfo } from "../../types.ts";
 import { servicePortKey, servicePortNameString } from "../../types.ts";
-import { categorizeEndpoints } from "../../topology.ts";
+import { type CategorizedEndpoints, categorizeEndpoints } from "../../topology.ts";
 import type { NodePortAddresses } from "../../nodeport_addresses.ts";
 import { compareEndpoints } from "../../endpoints.ts";
 import { formatCIDR, isLoopback, parseCIDR, parseIP } from "../../../net/ip.ts";
@@ -19,7 +19,7 @@ import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.
 import { joinTransactionChunks, type NftFamily, NftTransaction } from "./transaction.ts";
 import { localTrafficMatches, type NftLocalTrafficDetector } from "./local_traffic.ts";
 import { writeSetup } from "./setup.ts";
-import { type ServicePortOutcome, writeServicePort } from "./service_port.ts";
+import { type ServicePortContext, type ServicePortOutcome, writeServicePort } from "./service_port.ts";
 import { type ElementObserver, ElementWriter, type NftElementState } from "./elements.ts";
 import { isAffinitySetName, isServiceChainName, KUBE_PROXY_TABLE } from "./names.ts";
 
@@ -76,7 +76,11 @@ export interface NftPartialSync {
 
 /** What one render produced. */
 export interface NftRenderResult {
-  /** The transaction text for `nft -f -` (joined from transactionChunks when first read). */
+  /**
+   * The transaction text for `nft -f -` (joined from transactionChunks when first read). With
+   * deferServicePortChains, this and the next two cover the transaction as rendered: without the
+   * service ports' chains, rules and affinity sets.
+   */
   readonly transaction: string;
   /**
    * The same text as chunks of whole lines without their last newline (joinTransactionChunks): a full
@@ -100,6 +104,22 @@ export interface NftRenderResult {
   readonly warnings: readonly string[];
   /** State for the next (partial) sync, to keep once this transaction was applied. */
   readonly state: NftSyncState;
+  /**
+   * With {@link NftRenderOptions.deferServicePortChains}: the servicePortKeys written, in the
+   * transaction's order, whose chains, rules and affinity sets were left out (servicePortChainRenderer
+   * writes them); null otherwise.
+   */
+  readonly deferredServicePorts: readonly string[] | null;
+}
+
+/** How a sync is rendered. */
+export interface NftRenderOptions {
+  /**
+   * A full sync only: leave every service port's chains, rules and affinity sets out of the transaction
+   * (its elements stay, in their place), for a caller that writes them later, one service port at a time
+   * (servicePortChainRenderer). A 10k-Service full sync is 41 MB of text, ~90 % of it those lines.
+   */
+  readonly deferServicePortChains?: boolean;
 }
 
 /**
@@ -161,6 +181,7 @@ export function renderNFTablesSync(
   input: NftRenderInput,
   partial: NftPartialSync | null,
   observer: NftRenderObserver | null = null,
+  options: NftRenderOptions = {},
 ): NftRenderResult {
   if (partial !== null && partial.previous.family !== input.family) {
     throw new Error(`partial sync: previous state is for ${partial.previous.family}, not ${input.family}`);
@@ -202,13 +223,8 @@ export function renderNFTablesSync(
     observer?.element ?? null,
   );
 
-  const ctx = {
-    family,
-    masqueradeAll: input.masqueradeAll,
-    local: localTrafficMatches(input.localDetector),
-    nodeIP: input.nodeIP,
-    elements,
-  };
+  const ctx = servicePortContext(input, elements);
+  const deferred = partial === null && options.deferServicePortChains === true ? [] as string[] : null;
   const byKey = new Map<string, ServicePortInfo>();
   for (const svc of input.services) byKey.set(servicePortKey(svc.name), svc);
   const keys = [...byKey.keys()].sort();
@@ -216,25 +232,21 @@ export function renderNFTablesSync(
   const activeChains = new Set<string>();
   const activeAffinitySets = new Set<string>();
   const skippedServices: string[] = [];
-  const ipv6 = input.family === "IPv6";
   let noLocalInternal = 0;
   let noLocalExternal = 0;
   for (const key of keys) {
     const svc = byKey.get(key)!;
-    const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
-    const problem = checkServicePort(svc, ipv6) ??
-      eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
-    if (problem !== null) {
+    const cat = categorizedEndpoints(input, key, svc);
+    if (typeof cat === "string") {
       // One bad value must not break the whole transaction: leave this service port out.
       skippedServices.push(key);
-      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${problem}`);
+      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${cat}`);
       continue;
     }
-    const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
-      preferSameTrafficDistribution: input.preferSameTrafficDistribution,
-    });
-    const writeChains = partial === null ||
-      partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
+    const writeChains = partial === null
+      ? deferred === null
+      : partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
+    deferred?.push(key);
     const out = writeServicePort(tx, ctx, svc, cat, writeChains);
     observer?.servicePort(key, out);
     for (const c of out.chains) activeChains.add(c);
@@ -270,6 +282,66 @@ export function renderNFTablesSync(
     skippedServices,
     warnings,
     state: { family: input.family, elements: elementState },
+    deferredServicePorts: deferred,
+  };
+}
+
+/** The settings every service port of a sync of `input` is written with. */
+function servicePortContext(
+  input: Omit<NftRenderInput, "services">,
+  elements: ElementWriter,
+): ServicePortContext {
+  return {
+    family: nftFamily(input.family),
+    masqueradeAll: input.masqueradeAll,
+    local: localTrafficMatches(input.localDetector),
+    nodeIP: input.nodeIP,
+    elements,
+  };
+}
+
+/**
+ * Service port `key`'s endpoints, sorted and categorised as a sync writes them, or the reason it is
+ * skipped (a value that cannot be written safely).
+ */
+function categorizedEndpoints(
+  input: Omit<NftRenderInput, "services">,
+  key: string,
+  svc: ServicePortInfo,
+): CategorizedEndpoints | string {
+  const ipv6 = input.family === "IPv6";
+  const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+  const problem = checkServicePort(svc, ipv6) ??
+    eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
+  if (problem !== null) return problem;
+  return categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
+    preferSameTrafficDistribution: input.preferSameTrafficDistribution,
+  });
+}
+
+/** An ElementWriter that writes nothing (the elements of a service port already written). */
+class NoElements extends ElementWriter {
+  override ensure(): void {}
+}
+
+/**
+ * Renders what a full sync of `input` with deferServicePortChains left out: for a service port key (one
+ * of the result's deferredServicePorts), its chain, rule and affinity-set commands, as the full sync
+ * would have written them (in their order, without its elements); [] for a key not in `services`.
+ */
+export function servicePortChainRenderer(
+  input: Omit<NftRenderInput, "services">,
+  services: ReadonlyMap<string, ServicePortInfo>,
+): (key: string) => string[] {
+  const tx = new NftTransaction(nftFamily(input.family), KUBE_PROXY_TABLE);
+  const ctx = servicePortContext(input, new NoElements(tx, null));
+  return (key) => {
+    const svc = services.get(key);
+    const cat = svc === undefined ? "" : categorizedEndpoints(input, key, svc);
+    if (typeof cat === "string") return [];
+    const one = new NftTransaction(ctx.family, KUBE_PROXY_TABLE);
+    writeServicePort(one, ctx, svc!, cat, true);
+    return one.lines();
   };
 }
 

@@ -177,6 +177,40 @@ export class NftTransaction {
   }
 }
 
+/**
+ * A transaction as hosts and runners take it: one text, or chunks of whole lines in order, each chunk's
+ * end a line's end (its newline optional: {@link NftTransaction.chunks}' chunks have none). A full sync at
+ * 10k Services is 41 MB: applied from its chunks it is never joined into one string beside them.
+ */
+export type NftTransactionText = string | readonly string[];
+
+/** Characters of `t` once joined (a newline after each chunk that lacks one). */
+export function transactionLength(t: NftTransactionText): number {
+  if (typeof t === "string") return t.length;
+  let n = 0;
+  for (const c of t) if (c !== "") n += c.length + (c.endsWith("\n") ? 0 : 1);
+  return n;
+}
+
+/**
+ * `t` as strings to write in order (to a pipe, to --dry-run's output), ending in a newline: the missing
+ * newlines as strings of their own, so no chunk is copied.
+ */
+export function streamedChunks(t: NftTransactionText): string[] {
+  const out: string[] = [];
+  for (const c of typeof t === "string" ? [t] : t) {
+    if (c === "") continue;
+    out.push(c);
+    if (!c.endsWith("\n")) out.push("\n");
+  }
+  return out;
+}
+
+/** `t` as one string: a string as it is, chunks joined, each ending in a newline (a copy: small ones, errors). */
+export function transactionString(t: NftTransactionText): string {
+  return typeof t === "string" ? t : streamedChunks(t).join("");
+}
+
 /** The transaction text of {@link NftTransaction.chunks}' chunks: "\n"-joined, ending in "\n" ("" when none). */
 export function joinTransactionChunks(chunks: readonly string[]): string {
   return chunks.length === 0 ? "" : chunks.join("\n") + "\n";

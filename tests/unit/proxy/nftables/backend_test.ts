@@ -26,6 +26,10 @@ import { EndpointsMap } from "../../../../lib/proxy/endpoints_change_tracker.ts"
 import type { ProxyState } from "../../../../lib/proxy/provider.ts";
 import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
 import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import {
+  type NftTransactionText,
+  transactionString,
+} from "../../../../lib/proxy/nftables/render/transaction.ts";
 import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../../../lib/metrics/registry.ts";
 import { newNodePortAddresses } from "../../../../lib/proxy/nodeport_addresses.ts";
@@ -48,7 +52,12 @@ class FakeHost implements NftablesHost {
   constructor(withGeneration = false) {
     this.tracker = withGeneration ? new NftGenerationTracker({ read: () => this.generation }) : null;
   }
-  apply(tx: string): Promise<void> {
+  /** What each apply was handed (a full sync not split: its chunks, never joined). */
+  readonly received: NftTransactionText[] = [];
+  apply(transaction: NftTransactionText): Promise<void> {
+    this.received.push(transaction);
+    // Recorded as the text nft would read.
+    const tx = transactionString(transaction);
     return this.tracker === null ? this.#apply(tx) : this.tracker.commit(() => this.#apply(tx));
   }
   #apply(tx: string): Promise<void> {
@@ -428,6 +437,8 @@ describe("NftablesBackend", () => {
     const next = await backend.sync(s, { full: false });
     assert.equal(next.kind, "full");
     assert.equal(host.applied.length, 1, "one transaction");
+    // Handed over as the render's chunks of lines, not joined into one string.
+    assert.ok(Array.isArray(host.received.at(-1)), "chunks");
     assert.equal(sortNFTablesTransaction(host.table.dump()), await freshDump(s));
     // Then partial syncs again.
     const s2 = state([[svcA, [makeEndpoint("10.180.0.9", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]], [

@@ -3,7 +3,8 @@
  * changes, each applied as an incremental transaction to the fake table, leave it equal (once the stale
  * chains are deleted) to the table a fresh full sync of the same state writes; the per-change work is
  * the same at 20 and at 400 unchanged services; node-level changes fall back to a full sync. A full sync
- * split into bounded transactions leaves the single transaction's table, never jumping into an empty chain.
+ * split into bounded transactions leaves the single transaction's table, never jumping into an empty chain;
+ * made with the service ports' chains rendered on demand, the sequence is the same, byte for byte.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -19,6 +20,8 @@ import {
   NftIncrementalRenderer,
 } from "../../../../lib/proxy/nftables/render/incremental.ts";
 import {
+  deferredFirstSyncTransactions,
+  type FirstSyncSplitOptions,
   mergeElements,
   splitNFTablesFullSync,
 } from "../../../../lib/proxy/nftables/render/incremental_first_sync.ts";
@@ -410,3 +413,64 @@ test("bounded first sync, adaptive bound: chunks shrink as the table grows, and 
   }
   assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
 });
+
+for (const seed of [41, 42, 43, 44]) {
+  test(`bounded first sync rendered on demand (seed ${seed}): the same transactions as the split of the whole text, the same cache after`, () => {
+    const rnd = mulberry32(seed);
+    const before = new Cluster(rnd);
+    for (let i = 0; i < 30; i++) before.set(i, rnd() < 0.7 ? 0 : 1);
+    const after = new Cluster(rnd);
+    for (let i = 0; i < 50; i++) if (rnd() < 0.9) after.set(i, rnd() < 0.7 ? 0 : 1);
+    // An existing table with chains the new state no longer uses: stale flushes and set deletions.
+    const old = new FakeNftTable("ip", "kube-proxy");
+    const oldInput = before.input();
+    old.run(renderNFTablesFullSync({ ...oldInput, services: oldInput.services.values() }).transaction);
+    const options: FirstSyncSplitOptions[] = [
+      { servicePortsPerTransaction: 1 },
+      { servicePortsPerTransaction: 7 },
+      { servicePortsPerTransaction: 10_000 },
+      { budget: 400 },
+      { budget: 400, existingServicePorts: 30 },
+      {},
+    ];
+    for (const existing of [false, true]) {
+      const input: NftIncrementalInput = {
+        ...after.input(),
+        firstSync: !existing,
+        existingChains: existing ? old.chains() : null,
+        existingSets: existing ? old.sets() : null,
+      };
+      const plain = new NftIncrementalRenderer();
+      const whole = plain.sync(input, null);
+      assert.equal(whole.deferred, null);
+      for (const opts of options) {
+        const onDemand = new NftIncrementalRenderer();
+        const res = onDemand.sync(input, null, { deferServicePortChains: true });
+        assert.ok(res.deferred !== null);
+        let splitSeen = 0;
+        const parts = [
+          ...deferredFirstSyncTransactions(res.deferred, { ...opts, onSplit: () => splitSeen++ }),
+        ];
+        const expected = splitNFTablesFullSync(whole.transaction, opts);
+        assert.deepEqual(parts, expected, `${JSON.stringify(opts)}, existing ${existing}`);
+        assert.equal(splitSeen, expected.length > 1 ? 1 : 0);
+        assert.equal(res.transaction, whole.transaction);
+        assert.deepEqual(res.staleChains, whole.staleChains);
+        // The rest holds no service port's chain: a tenth of the text at most here.
+        assert.ok(joinTransactionChunks(res.transactionChunks).length < whole.transaction.length / 2);
+        // The cache is the same: the same incremental transactions follow.
+        const next = new Cluster(mulberry32(seed + 100));
+        for (const [k, v] of after.services) next.services.set(k, v);
+        for (const [k, v] of after.endpoints) next.endpoints.set(k, v);
+        for (let i = 0; i < 15; i++) next.mutate(50);
+        const changed = [...next.changed];
+        const a = onDemand.sync({ ...next.input(), firstSync: false }, changed);
+        const b = new NftIncrementalRenderer();
+        b.sync(input, null);
+        assert.equal(a.transaction, b.sync({ ...next.input(), firstSync: false }, changed).transaction);
+        assert.deepEqual(onDemand.elementCounts(), b.elementCounts());
+        assert.deepEqual(onDemand.staleChains(), b.staleChains());
+      }
+    }
+  });
+}

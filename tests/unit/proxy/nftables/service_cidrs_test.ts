@@ -16,6 +16,10 @@ import { NftablesBackend, type NftablesHost } from "../../../../lib/proxy/nftabl
 import { NftIncrementalRenderer } from "../../../../lib/proxy/nftables/render/incremental.ts";
 import { renderNFTablesFullSync } from "../../../../lib/proxy/nftables/render/render.ts";
 import { servicePortKey } from "../../../../lib/proxy/types.ts";
+import {
+  type NftTransactionText,
+  transactionString,
+} from "../../../../lib/proxy/nftables/render/transaction.ts";
 import { FakeClock } from "../../../../lib/runtime/clock.ts";
 import { Registry } from "../../../../lib/metrics/registry.ts";
 import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
@@ -28,7 +32,8 @@ const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 class FakeHost implements NftablesHost {
   readonly applied: string[] = [];
   constructor(readonly table: FakeNftTable) {}
-  apply(tx: string): Promise<void> {
+  apply(transaction: NftTransactionText): Promise<void> {
+    const tx = transactionString(transaction);
     this.applied.push(tx);
     this.table.run(expandElementLists(tx));
     return Promise.resolve();

@@ -92,6 +92,10 @@ for (const variant of variants) {
       await s.run(["add chain ip t c3\n", "add rule ip t c3 counter\n"]);
       assert.match(await list(), /chain c3 \{/);
       assert.doesNotMatch(await list(), /chain c2 /);
+      // Chunks of whole lines without their last newline, as a render's (NftTransaction.chunks()).
+      await s.run(["add chain ip t c4\nadd rule ip t c4 counter", "add chain ip t c5"]);
+      assert.match(await list(), /chain c4 \{\n\s+counter/);
+      assert.match(await list(), /chain c5 \{/);
       await s.run("delete table ip t\n");
       await s.close();
     });

@@ -151,3 +151,23 @@ test("the writer gives back a large buffer its last contents used a quarter of, 
   w.u8(2, 7);
   assert.deepEqual(w.bytes(), Uint8Array.of(5, 0, 2, 0, 7, 0, 0, 0));
 });
+
+test("a transaction given as chunks of whole lines is the batch of its joined text, every message naming its line", () => {
+  const opts = () => ({ anonymousSetName: anonymousSetNamer("kt"), elementsById: true });
+  const text = SMALL + large(40);
+  const whole = new NftBatchEncoder().encode(text, 7, opts());
+  const lines = text.slice(0, -1).split("\n");
+  for (const per of [1, 3, 17, lines.length]) {
+    for (const newline of [false, true]) {
+      const chunks: string[] = [];
+      for (let i = 0; i < lines.length; i += per) {
+        chunks.push(lines.slice(i, i + per).join("\n") + (newline ? "\n" : ""));
+      }
+      // An empty chunk changes nothing.
+      chunks.splice(1, 0, "");
+      const b = new NftBatchEncoder().encode(chunks, 7, opts());
+      assert.deepEqual(b.bytes, whole.bytes, `${per} per chunk`);
+      for (let seq = 8; seq <= whole.lastSeq; seq++) assert.equal(b.statementOf(seq), whole.statementOf(seq));
+    }
+  }
+});

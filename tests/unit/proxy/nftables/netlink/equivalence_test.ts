@@ -51,11 +51,22 @@ async function ruleset(ns: Netns): Promise<string> {
   return await ns.execOk([NFT, "list", "ruleset"]);
 }
 
-/** Applies `tx` both ways and compares the rulesets; the netlink side must not have fallen back. */
-async function applyBoth(p: Awaited<ReturnType<typeof pair>>, tx: string, step: string): Promise<void> {
+/**
+ * Applies `tx` both ways and compares the rulesets; the netlink side must not have fallen back. `chunked`:
+ * netlink gets it as chunks of whole lines without their last newline (as a full sync's are handed over).
+ */
+async function applyBoth(
+  p: Awaited<ReturnType<typeof pair>>,
+  tx: string,
+  step: string,
+  chunked = false,
+): Promise<void> {
   if (tx === "") return;
   const before = p.session.counts["netlink"];
-  await p.session.run(tx);
+  const lines = tx.slice(0, -1).split("\n");
+  const chunks: string[] = [];
+  for (let i = 0; i < lines.length; i += 3) chunks.push(lines.slice(i, i + 3).join("\n"));
+  await p.session.run(chunked ? chunks : tx);
   assert.equal(p.session.counts["netlink"], before + 1, `${step}: went through netlink`);
   const r = await p.viaNft.exec([NFT, "-f", "-"], { input: tx, timeoutMs: 30_000 });
   assert.equal(r.code, 0, `${step}: nft -f - failed: ${r.stderr}`);
@@ -138,17 +149,17 @@ for (const [family, variant, prefix] of cases) {
       const c = cluster(family, variant);
       const input = settings(family, variant, prefix);
       const fp = new FakeNftProxier(input, true);
-      const sync = async (step: string) => {
+      const sync = async (step: string, chunked = false) => {
         const r = fp.sync();
         await applyBoth(p, fp.lastDeletion, `${step} (stale deletion)`);
-        await applyBoth(p, r.transaction, step);
+        await applyBoth(p, r.transaction, step, chunked);
         return r;
       };
       for (const s of [c.web, c.lb, c.dns, c.empty]) fp.setService(s);
       fp.setEndpoints(c.web, c.eps.web);
       fp.setEndpoints(c.lb, c.eps.lb);
       fp.setEndpoints(c.dns, c.eps.dns);
-      const first = await sync("first full sync");
+      const first = await sync("first full sync", true);
       assert.match(first.transaction, /^add table /m);
       if (variant !== "upstream") {
         // The forms this variant is for.

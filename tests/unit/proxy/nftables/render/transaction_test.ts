@@ -3,6 +3,9 @@ import assert from "node:assert/strict";
 import {
   joinTransactionChunks,
   NftTransaction,
+  streamedChunks,
+  transactionLength,
+  transactionString,
 } from "../../../../../lib/proxy/nftables/render/transaction.ts";
 
 test("NftTransaction: commands across many blocks keep their order, count and text", () => {
@@ -44,4 +47,24 @@ test("NftTransaction: an empty transaction is the empty string", () => {
   assert.deepEqual(tx.chunks(), []);
   assert.equal(joinTransactionChunks([]), "");
   assert.equal(tx.operations, 0);
+});
+
+test("a transaction as chunks of whole lines: streamed with the missing newlines, its length and text as joined", () => {
+  const chunks = ["add table ip t", "", "add chain ip t a\nadd chain ip t b", "flush chain ip t a\n"];
+  const text = "add table ip t\nadd chain ip t a\nadd chain ip t b\nflush chain ip t a\n";
+  // No chunk is copied: each is streamed as it is, a lone newline after those without one.
+  assert.deepEqual(streamedChunks(chunks), [chunks[0], "\n", chunks[2], "\n", chunks[3]]);
+  assert.equal(streamedChunks(chunks)[2], chunks[2]);
+  assert.equal(transactionString(chunks), text);
+  assert.equal(transactionLength(chunks), text.length);
+  assert.equal(transactionString(text), text);
+  assert.equal(transactionLength(text), text.length);
+  assert.deepEqual(streamedChunks(""), []);
+  assert.deepEqual(streamedChunks([]), []);
+  assert.equal(transactionLength([]), 0);
+  // A renderer's chunks read as its joined text.
+  const tx = new NftTransaction("ip", "t");
+  for (let i = 0; i < 5000; i++) tx.addChain(`c${i}`);
+  assert.equal(transactionString(tx.chunks()), tx.toString());
+  assert.equal(transactionLength(tx.chunks()), tx.toString().length);
 });
