@@ -1,6 +1,7 @@
 /**
- * Diagnostic for the RSS gaps: runs the agent at N Services (as agent_bench.ts) and prints its VmRSS and
- * VmHWM every 2 s, its own "released memory" and "sync took" log lines, and, 20 s after all rules are in,
+ * Diagnostic for the RSS gaps: runs the agent at N Services (as agent_bench.ts) and prints its VmRSS (anonymous
+ * + file-backed) and VmHWM every 2 s, its own "list", "released memory", "paged out" and "sync took" log
+ * lines, and, 20 s after all rules are in,
  * where the resident pages are: RssAnon / RssFile and the resident size of each mapping (the executable's
  * code and embedded bundle, anonymous memory, libraries).
  *
@@ -59,7 +60,7 @@ async function main(): Promise<void> {
       const listedAt = new Map<string, number>();
       agent.child.stderr?.on("data", (b: Buffer) => {
         for (const l of b.toString().split("\n")) {
-          if (/released memory|sync of IPv\d rules took|"list \w+:/.test(l)) {
+          if (/released memory|paged out|sync of IPv\d rules took|"list \w+:/.test(l)) {
             process.stdout.write(`  t=${t()} ${l}\n`);
           }
           const list = /"list (\w+): \d+ objects/.exec(l);
@@ -68,7 +69,11 @@ async function main(): Promise<void> {
       });
       const timer = setInterval(() => {
         const r = readRss(agent.pid);
-        if (r) process.stdout.write(`  t=${t()} VmRSS ${r.vmRssMiB} MiB, VmHWM ${r.vmHwmMiB} MiB\n`);
+        if (r) {
+          process.stdout.write(
+            `  t=${t()} VmRSS ${r.vmRssMiB} MiB (anon ${r.rssAnonMiB} + file ${r.rssFileMiB}), VmHWM ${r.vmHwmMiB} MiB\n`,
+          );
+        }
       }, Number(values.every));
       try {
         const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
