@@ -428,6 +428,48 @@ describe("NftablesBackend", () => {
     });
   }
 
+  it("a later full sync (hourly, drift repair) over its own table goes as bounded transactions too, same table", async () => {
+    const cluster = (endpointOctet: number, count: number): [ServicePortInfo, EndpointInfo[]][] =>
+      Array.from({ length: count }, (_, i) => [
+        makeServicePort(`ns${i % 3}`, `svc${i}`, {
+          clusterIP: `172.30.3.${i}`,
+          nodePort: i % 2 === 0 ? 32000 + i : 0,
+          stickyMaxAgeSeconds: i % 5 === 0 ? 10800 : 0,
+        }),
+        i % 7 === 0
+          ? []
+          : [makeEndpoint(`10.182.${endpointOctet}.${i}`, 80), makeEndpoint(`10.182.9.${i}`, 80)],
+      ]);
+    const s1 = state(cluster(0, 40));
+    // Endpoints moved, the last five Services gone: the later full sync also flushes stale chains.
+    const s2 = state(cluster(1, 35));
+    const run = async (split: FirstSyncSplitOptions) => {
+      const f = setup(split);
+      await f.backend.sync(s1, { full: true });
+      const before = f.host.applied.length;
+      f.advance(60_000);
+      const out = await f.backend.sync(s2, { full: true });
+      return { ...f, out, txs: f.host.applied.length - before };
+    };
+    const single = await run({ servicePortsPerTransaction: 10_000 });
+    const bounded = await run({ servicePortsPerTransaction: 7 });
+    assert.equal(single.txs, 1);
+    assert.ok(bounded.txs >= 5, `${bounded.txs} transactions`);
+    assert.equal(bounded.out.kind, "full");
+    // The chunks write only service ports' chains; the maps change in the last transaction alone.
+    for (const tx of bounded.host.applied.slice(-bounded.txs + 1, -1)) {
+      assert.doesNotMatch(tx, /^(add|flush) (map|element) /m, "a chunk leaves the dispatch maps alone");
+    }
+    assert.equal(
+      sortNFTablesTransaction(bounded.host.table.dump()),
+      sortNFTablesTransaction(single.host.table.dump()),
+    );
+    // Once the stale chains are deleted, the table a fresh process writes; partial syncs go on from there.
+    bounded.advance(1100);
+    assert.equal((await bounded.backend.sync(s2, { full: false })).kind, "partial");
+    assert.equal(sortNFTablesTransaction(bounded.host.table.dump()), await freshDump(s2));
+  });
+
   it("a failed bounded first sync makes the next sync full and one transaction", async () => {
     const { host, backend, metrics, advance } = setup({ servicePortsPerTransaction: 1 });
     const s = state([[svcA, [makeEndpoint("10.180.0.1", 80)]], [svcB, [makeEndpoint("10.180.0.2", 80)]]]);
