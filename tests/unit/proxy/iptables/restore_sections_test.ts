@@ -19,45 +19,12 @@ import {
 import { parseRestorePayload } from "../../../../lib/proxy/iptables/restore_content.ts";
 import { iptablesHost } from "../../../../lib/proxy/iptables/host.ts";
 import type { IptablesRunner } from "../../../../lib/proxy/iptables/runner.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
-import { servicePortKey } from "../../../../lib/proxy/types.ts";
-import {
-  fakeProxierDefaults,
-  makeEndpoint,
-  makeServicePort,
-  TEST_NODE_NAME,
-} from "../../../support/tracer.ts";
+import { fakeProxierDefaults } from "../../../support/tracer.ts";
 import { type SimulatedTables, simulatePlan } from "../../../support/restore_simulation.ts";
+import { ownChainCluster } from "../../../support/own_chain_cluster.ts";
 
 /** Service ports of every shape the own chains have: NodePort (EXT), LB ranges (FW), Local policy (SVL), affinity. */
-function cluster(
-  n: number,
-  gen: number,
-): { services: Map<string, ServicePortInfo>; endpoints: Map<string, EndpointInfo[]> } {
-  const services = new Map<string, ServicePortInfo>();
-  const endpoints = new Map<string, EndpointInfo[]>();
-  for (let i = 0; i < n; i++) {
-    const lb = i % 7 === 0;
-    const svc = makeServicePort(`ns${i % 5}`, `svc${i}`, {
-      clusterIP: `172.30.${i >> 8}.${i & 255}`,
-      nodePort: i % 3 === 0 || lb ? 30000 + i : 0,
-      loadBalancerVIPs: lb ? [`203.0.113.${i & 255}`] : [],
-      loadBalancerSourceRanges: lb ? ["198.51.100.0/24"] : [],
-      externalPolicyLocal: i % 6 === 0,
-      stickyMaxAgeSeconds: i % 5 === 0 ? 10800 : 0,
-    });
-    const key = servicePortKey(svc.name);
-    services.set(key, svc);
-    // Service 1 is larger than the tests' chain bound: its segment is split leaves first.
-    const count = i === 1 ? 12 : 1 + (i % 4);
-    const eps: EndpointInfo[] = [];
-    for (let e = 1; e <= count; e++) {
-      eps.push(makeEndpoint(`10.${gen}.${i & 255}.${e}`, 8080, { nodeName: e === 1 ? TEST_NODE_NAME : "" }));
-    }
-    endpoints.set(key, eps);
-  }
-  return { services, endpoints };
-}
+const cluster = (n: number, gen: number) => ownChainCluster(n, gen);
 
 function render(n: number, gen: number, existing: Set<string> | null) {
   const input: RenderInput = {

@@ -31,49 +31,17 @@ import { createKubeProxyMetrics } from "../../../../lib/metrics/kubeproxy.ts";
 import { Registry } from "../../../../lib/metrics/registry.ts";
 import { detectLocalByCIDR } from "../../../../lib/proxy/local_detect.ts";
 import { iptablesLocalDetector } from "../../../../lib/proxy/iptables/local_detector.ts";
-import type { EndpointInfo, ServicePortInfo } from "../../../../lib/proxy/types.ts";
-import { servicePortKey } from "../../../../lib/proxy/types.ts";
-import {
-  fakeProxierDefaults,
-  makeEndpoint,
-  makeServicePort,
-  TEST_NODE_NAME,
-} from "../../../support/tracer.ts";
+import { fakeProxierDefaults } from "../../../support/tracer.ts";
+import { type OwnChainCluster, ownChainCluster } from "../../../support/own_chain_cluster.ts";
 
-type Cluster = { services: Map<string, ServicePortInfo>; endpoints: Map<string, EndpointInfo[]> };
+type Cluster = OwnChainCluster;
 
 /**
  * Service ports of every own-chain shape (EXT, FW, SVL, affinity, several endpoints), one of them larger
  * than the small bounds below, and one skipped (unsafe endpoint).
  */
 function cluster(n: number, gen: number): Cluster {
-  const services = new Map<string, ServicePortInfo>();
-  const endpoints = new Map<string, EndpointInfo[]>();
-  for (let i = 0; i < n; i++) {
-    const lb = i % 7 === 0;
-    const svc = makeServicePort(`ns${i % 5}`, `svc${i}`, {
-      clusterIP: `172.30.${i >> 8}.${i & 255}`,
-      nodePort: i % 3 === 0 || lb ? 30000 + i : 0,
-      loadBalancerVIPs: lb ? [`203.0.113.${i & 255}`] : [],
-      loadBalancerSourceRanges: lb ? ["198.51.100.0/24"] : [],
-      externalPolicyLocal: i % 6 === 0,
-      internalPolicyLocal: i % 11 === 0,
-      stickyMaxAgeSeconds: i % 5 === 0 ? 10800 : 0,
-    });
-    const key = servicePortKey(svc.name);
-    services.set(key, svc);
-    const count = i === 1 ? 12 : 1 + (i % 4);
-    const eps: EndpointInfo[] = [];
-    for (let e = 1; e <= count; e++) {
-      eps.push(makeEndpoint(`10.${gen}.${i & 255}.${e}`, 8080, {
-        nodeName: e === 1 ? TEST_NODE_NAME : "",
-        ready: !(i % 9 === 0 && e === 2),
-      }));
-    }
-    if (i === 4) eps[0] = { ...eps[0], endpoint: "10.9.9.9:1" }; // unsafe: skipped
-    endpoints.set(key, eps);
-  }
-  return { services, endpoints };
+  return ownChainCluster(n, gen, true);
 }
 
 function input(
