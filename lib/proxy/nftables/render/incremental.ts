@@ -273,6 +273,7 @@ export class NftIncrementalRenderer {
     const keys = result.deferredServicePorts;
     const deferred: DeferredFullSync | null = keys === null ? null : {
       rest: chunks,
+      servicePorts: keys.length,
       *serviceLines() {
         const render = servicePortChainRenderer(input, input.services);
         for (const key of keys) yield* render(key);

@@ -217,6 +217,8 @@ export interface DeferredFullSync {
   readonly rest: readonly string[];
   /** The service ports' chain, rule and affinity-set lines, in the full transaction's order, made as read. */
   serviceLines(): Iterable<string>;
+  /** How many service ports `serviceLines` renders at most (each starts one group of lines). */
+  readonly servicePorts: number;
   /** The whole transaction, rendered anew. */
   whole(): string;
 }
@@ -226,14 +228,30 @@ export interface DeferredFullSync {
  * {@link DeferredFullSync}: each chunk's service ports are rendered as the chunk is made, so that at no
  * time more than one chunk of them is held (at 10k Services the whole text is 41 MB, the rest ~4). Whether
  * the sync is split is known once more service ports than the first chunk holds were rendered; when it
- * is not, the whole transaction is rendered anew.
+ * is not, the whole transaction is rendered anew. A table whose service ports all fit in the first chunk
+ * is not split: the whole transaction is rendered at once, its service ports not twice.
  */
 export function deferredFirstSyncTransactions(
   sync: DeferredFullSync,
   opts: FirstSyncSplitOptions = {},
 ): Generator<string, void, undefined> {
+  if (sync.servicePorts <= chunkSizer(opts)(0)) {
+    return (function* () {
+      yield sync.whole();
+    })();
+  }
   const rest = { [Symbol.iterator]: () => linesOf(sync.rest) };
   return boundedTransactions(rest, sync.serviceLines(), () => sync.whole(), opts);
+}
+
+/** The service ports of the chunk that follows `written` of them (`opts`' fixed or adaptive bound). */
+function chunkSizer(opts: FirstSyncSplitOptions): (written: number) => number {
+  const fixed = opts.servicePortsPerTransaction === undefined
+    ? null
+    : Math.max(1, opts.servicePortsPerTransaction);
+  const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
+  const existing = opts.existingServicePorts ?? 0;
+  return (written) => fixed ?? adaptiveChunk(existing + written, budget);
 }
 
 /** The lines of chunks of whole lines (each without its last newline), made as read. */
@@ -260,12 +278,7 @@ function* boundedTransactions(
   whole: () => string,
   opts: FirstSyncSplitOptions,
 ): Generator<string, void, undefined> {
-  const fixed = opts.servicePortsPerTransaction === undefined
-    ? null
-    : Math.max(1, opts.servicePortsPerTransaction);
-  const budget = opts.budget ?? FIRST_SYNC_CHUNK_BUDGET;
-  const existing = opts.existingServicePorts ?? 0;
-  const chunkAt = (written: number) => fixed ?? adaptiveChunk(existing + written, budget);
+  const chunkAt = chunkSizer(opts);
   const o: LineObject = { verb: "", kind: "", nameFrom: 0, nameTo: 0 };
   // Groups (service ports) written in earlier chunks, and the current chunk's groups and lines.
   let written = 0;
