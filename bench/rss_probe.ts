@@ -6,10 +6,14 @@
  * code and embedded bundle, anonymous memory, libraries).
  *
  *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
- *                          [--every=<ms between samples, 2000>] [--apiserver-fields]
+ *                          [--every=<ms between samples, 2000>] [--apiserver-fields] [--until-synced]
+ *                          [--all-log]
  *
  * `--apiserver-fields`: the test apiserver serves the objects as a real one does (managedFields, kubectl's
  * last-applied annotation, owner references, targetRef; synthetic_cluster.ts withApiserverFields).
+ * `--all-log`: every line the agent logs, not only those.
+ * `--until-synced`: the first sync is over at the agent's "full sync of IPv4 rules took" line, not when
+ * the namespace's iptables rules are all in (for `--extra=--proxy-mode=nftables`, which writes none).
  *
  * Prints figures; nothing goes to results.json.
  */
@@ -48,6 +52,8 @@ async function main(): Promise<void> {
       extra: { type: "string", multiple: true, default: [] },
       every: { type: "string", default: "2000" },
       "apiserver-fields": { type: "boolean", default: false },
+      "until-synced": { type: "boolean", default: false },
+      "all-log": { type: "boolean", default: false },
     },
   });
   const n = Number(values.services);
@@ -58,9 +64,16 @@ async function main(): Promise<void> {
     async ({ ns, agent, setup }) => {
       const t = () => Math.round(performance.now() - agent.startedAt);
       const listedAt = new Map<string, number>();
+      let synced = () => {};
+      const firstSync = new Promise<void>((r) => (synced = r));
       agent.child.stderr?.on("data", (b: Buffer) => {
         for (const l of b.toString().split("\n")) {
-          if (/released memory|paged out|sync of IPv\d rules took|"list \w+:/.test(l)) {
+          if (/full sync of IPv4 rules took/.test(l)) synced();
+          if (
+            values["all-log"]
+              ? l !== ""
+              : /released memory|paged out|sync of IPv\d rules took|"list \w+:/.test(l)
+          ) {
             process.stdout.write(`  t=${t()} ${l}\n`);
           }
           const list = /"list (\w+): \d+ objects/.exec(l);
@@ -76,8 +89,19 @@ async function main(): Promise<void> {
         }
       }, Number(values.every));
       try {
-        const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
-        process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+        if (values["until-synced"]) {
+          const exited = new Promise<never>((_, reject) =>
+            agent.child.once(
+              "exit",
+              (code) => reject(new Error(`the agent exited (${code}) before its first sync`)),
+            )
+          );
+          await Promise.race([firstSync, exited]);
+          process.stdout.write(`${n} Services: first IPv4 sync logged at t=${t()}\n`);
+        } else {
+          const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
+          process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+        }
         // The first LIST of each resource: from the body handed to the socket to the agent's "list" line
         // (transfer, decoding, the store and the handlers).
         for (const r of setup.api.requests.filter((q) => q.method === "GET" && !q.watch)) {

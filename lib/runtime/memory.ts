@@ -32,6 +32,18 @@ export function releaseMemory(): boolean {
 }
 
 /**
+ * A young-generation collection (Bun: `Bun.gc(false)`), cheap enough to run many times inside one long
+ * render, whose garbage would otherwise pile up until it ends. Elsewhere (Deno, the development runtime)
+ * nothing. Returns whether a collection ran.
+ */
+export function collectYoung(): boolean {
+  const bun = (globalThis as { Bun?: BunMemoryApi }).Bun;
+  if (bun === undefined) return false;
+  bun.gc(false);
+  return true;
+}
+
+/**
  * Full syncs over at least this many service ports collect the heap before rendering, while the host lists
  * what the kernel holds (iptables-save's nat chains, the nftables table's objects). What the lists and the
  * model build left behind is then freed and the render reuses it instead of adding to it: a full render

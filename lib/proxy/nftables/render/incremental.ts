@@ -106,7 +106,21 @@ export interface NftIncrementalOptions {
    * (NftIncrementalResult.deferred), for a bounded first sync that applies them a chunk at a time.
    */
   readonly deferServicePortChains?: boolean;
+  /**
+   * Called every {@link RENDER_COLLECT_EVERY} service ports of a full render (the agent: a young-generation
+   * collection, lib/runtime/memory.ts collectYoung).
+   */
+  readonly collect?: () => void;
 }
+
+/**
+ * Service ports between two `collect` calls of a full render. A full render at 10k Services allocates
+ * too little to trigger a collection of its own, so its garbage (each service port's element strings and
+ * text) piled up into the first sync's peak; a young collection every 500 (20 at 10k, ~0.2 s in all)
+ * frees it as it goes: in-process render peak 178–181 → 160–161 MiB, the agent's first-sync peak at 10k
+ * (bench/rss_probe.ts, nftables mode) 276–283 → see bench/README.md.
+ */
+export const RENDER_COLLECT_EVERY = 500;
 
 /** Element identity: container and key. */
 const elementId = (container: string, key: string) => `${container}\u0000${key}`;
@@ -242,6 +256,7 @@ export class NftIncrementalRenderer {
     this.#serviceCIDRs = cidrsOfFamily(input.serviceCIDRs, input.family, []).join(",");
     // One pass: the full sync's renderer tells us each service port's elements and outcome.
     let wanted: WantedElement[] = [];
+    let rendered = 0;
     const result: NftRenderResult = renderNFTablesSync(
       { ...input, services: input.services.values() },
       null,
@@ -249,6 +264,7 @@ export class NftIncrementalRenderer {
         element: (container, key, value, comment) => wanted.push({ container, key, value, comment }),
         servicePort: (key, out) => {
           this.work.servicePortsRendered++;
+          if (++rendered % RENDER_COLLECT_EVERY === 0) options.collect?.();
           this.#adopt(key, nameBaseOfKey(key), wanted, out);
           wanted = [];
         },

@@ -18,6 +18,7 @@ import { joinTransactionChunks } from "../../../../lib/proxy/nftables/render/tra
 import {
   type NftIncrementalInput,
   NftIncrementalRenderer,
+  RENDER_COLLECT_EVERY,
 } from "../../../../lib/proxy/nftables/render/incremental.ts";
 import {
   deferredFirstSyncTransactions,
@@ -265,6 +266,27 @@ test("a full sync renders every service port; an unchanged sync writes nothing",
   assert.equal(none.transaction, "");
   assert.deepEqual(none.transactionChunks, []);
   assert.equal(r.work.servicePortsRendered, 30);
+});
+
+test("a full render calls `collect` every RENDER_COLLECT_EVERY service ports, a partial one never; the output is the same", () => {
+  const cluster = new Cluster(mulberry32(17));
+  const ports = RENDER_COLLECT_EVERY * 2 + 7;
+  for (let i = 0; i < ports; i++) cluster.set(i, 0);
+  for (const defer of [false, true]) {
+    let collections = 0;
+    const r = new NftIncrementalRenderer();
+    const full = r.sync(cluster.input(), null, {
+      deferServicePortChains: defer,
+      collect: () => collections++,
+    });
+    assert.equal(collections, 2);
+    const plain = new NftIncrementalRenderer().sync(cluster.input(), null, { deferServicePortChains: defer });
+    assert.equal(full.transaction, plain.transaction);
+    const key = [...cluster.services.keys()][0];
+    cluster.set(0, 1);
+    r.sync(cluster.input(), [key, ...cluster.changed], { collect: () => collections++ });
+    assert.equal(collections, 2);
+  }
 });
 
 test("a full sync renders each service port once: its endpoints are read once per port", () => {
