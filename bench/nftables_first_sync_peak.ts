@@ -1,15 +1,15 @@
 /**
- * Where a first nftables sync's peak RSS comes from, step by step, in-process (no kernel): the model, the
- * full render (NftIncrementalRenderer, its cache copied by compactCache; as the agent renders it, without
- * the service ports' chains, or with `--text` the whole text), the first bounded transaction (the first
- * chunk's service ports rendered; with `--text` firstSyncTransactions' scan of the whole text), the rest of
- * the bounded sequence, then a later full sync not split (rendered whole, encoded into one netlink batch
- * from its chunks; with `--text` from the joined text). Each step prints the
- * heap (after a collection only where said), VmRSS and the VmHWM reached during that step: the peak is reset
- * before each step (`echo 5 > /proc/self/clear_refs`). Nothing here applies the transactions, so nothing
- * collects between them (the agent's nft session does every 4 MiB): the last step's peak is not the
- * agent's. Bun only, Linux; figures only, asserts nothing:
- *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000] [--text]
+ * Where a first nftables sync's peak RSS comes from, step by step, in-process (no kernel): the model; the
+ * full render (NftIncrementalRenderer, its cache copied by compactCache, a young collection every 500
+ * service ports unless `--no-collect`; as the agent renders it, without the service ports' chains, or with
+ * `--text` the whole text); the first bounded transaction (the first chunk's service ports rendered; with
+ * `--text` firstSyncTransactions' scan of the whole text); the rest of the bounded sequence; then a later
+ * full sync not split (rendered whole, encoded into one netlink batch from its chunks; with `--text` from
+ * the joined text). Each step prints the heap (after a collection only where said), VmRSS and the VmHWM
+ * reached during that step: the peak is reset before each step (`echo 5 > /proc/self/clear_refs`). Nothing
+ * here applies the transactions, so nothing collects between them (the agent's nft session does every 4
+ * MiB): the last step's peak is not the agent's. Bun only, Linux; figures only, asserts nothing:
+ *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000] [--text] [--no-collect]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -22,7 +22,7 @@ import {
   deferredFirstSyncTransactions,
   firstSyncTransactions,
 } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
-import { releaseMemory } from "../lib/runtime/memory.ts";
+import { collectYoung, releaseMemory } from "../lib/runtime/memory.ts";
 import { NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
 
 function arg(name: string, fallback: string): string {
@@ -51,7 +51,11 @@ const input = { ...nftRenderInputFor(model), services: model.services };
 step("model", true);
 const renderer = new NftIncrementalRenderer();
 const text = process.argv.includes("--text");
-const full = renderer.sync(input, null, { deferServicePortChains: !text });
+// As the agent: a young collection every RENDER_COLLECT_EVERY service ports (`--no-collect`: none).
+const collect = process.argv.includes("--no-collect") ? undefined : collectYoung;
+const t0 = performance.now();
+const full = renderer.sync(input, null, { deferServicePortChains: !text, collect });
+console.log(`full render took ${round(performance.now() - t0, 0)} ms`);
 const held = full.transactionChunks.reduce((n, c) => n + c.length + 1, 0);
 step(`full render (${round(held / 1e6, 1)} MB held)`);
 let parts = 0;

@@ -116,9 +116,9 @@ export interface NftIncrementalOptions {
 /**
  * Service ports between two `collect` calls of a full render. A full render at 10k Services allocates
  * too little to trigger a collection of its own, so its garbage (each service port's element strings and
- * text) piled up into the first sync's peak; a young collection every 500 (20 at 10k, ~0.2 s in all)
- * frees it as it goes: in-process render peak 178–181 → 160–161 MiB, the agent's first-sync peak at 10k
- * (bench/rss_probe.ts, nftables mode) 276–283 → see bench/README.md.
+ * text) piled up into the first sync's peak; a young collection every 500 (20 at 10k, ~0.2–0.3 s in all)
+ * frees it as it goes: in-process render peak ~183 → ~160 MiB, the agent's first-sync VmHWM at 10k
+ * (nftables mode) 280 and 283 → 251 and 249 MiB (bench/README.md).
  */
 export const RENDER_COLLECT_EVERY = 500;
 
