@@ -1,6 +1,6 @@
 /**
  * Where a first nftables sync's peak RSS comes from, step by step, in-process (no kernel): the model; the
- * full render (NftIncrementalRenderer, its cache copied by compactCache, a young collection every 500
+ * full render (NftIncrementalRenderer, its cache copied by compactCache, a collection asked for every 500
  * service ports unless `--no-collect`; as the agent renders it, without the service ports' chains, or with
  * `--text` the whole text); the first bounded transaction (the first chunk's service ports rendered; with
  * `--text` firstSyncTransactions' scan of the whole text); the rest of the bounded sequence; then a later
@@ -22,7 +22,7 @@ import {
   deferredFirstSyncTransactions,
   firstSyncTransactions,
 } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
-import { collectYoung, releaseMemory } from "../lib/runtime/memory.ts";
+import { releaseMemory, requestCollection } from "../lib/runtime/memory.ts";
 import { NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
 
 function arg(name: string, fallback: string): string {
@@ -51,8 +51,8 @@ const input = { ...nftRenderInputFor(model), services: model.services };
 step("model", true);
 const renderer = new NftIncrementalRenderer();
 const text = process.argv.includes("--text");
-// As the agent: a young collection every RENDER_COLLECT_EVERY service ports (`--no-collect`: none).
-const collect = process.argv.includes("--no-collect") ? undefined : collectYoung;
+// As the agent: a collection asked for every RENDER_COLLECT_EVERY service ports (`--no-collect`: none).
+const collect = process.argv.includes("--no-collect") ? undefined : requestCollection;
 const t0 = performance.now();
 const full = renderer.sync(input, null, { deferServicePortChains: !text, collect });
 console.log(`full render took ${round(performance.now() - t0, 0)} ms`);

@@ -29,7 +29,7 @@ import {
   deferredFirstSyncTransactions,
   type FirstSyncSplitOptions,
 } from "./render/incremental_first_sync.ts";
-import { COLLECT_BEFORE_FULL_RENDER, collectYoung, releaseMemory } from "../../runtime/memory.ts";
+import { COLLECT_BEFORE_FULL_RENDER, releaseMemory, requestCollection } from "../../runtime/memory.ts";
 import { type NftTransactionText, transactionLength } from "./render/transaction.ts";
 
 /** Stale per-service chains are deleted once unreferenced for longer than this (upstream: one second). */
@@ -187,7 +187,7 @@ export class NftablesBackend implements Provider {
     const split = full && !this.#boundedFailed;
     const result = this.#renderer.sync(input, full ? null : state.changedServices, {
       deferServicePortChains: split,
-      collect: state.services.size >= COLLECT_BEFORE_FULL_RENDER ? collectYoung : undefined,
+      collect: state.services.size >= COLLECT_BEFORE_FULL_RENDER ? requestCollection : undefined,
     });
     for (const w of result.warnings) o.log.warn(w);
     // The render's garbage goes before the first chunk's service ports are rendered and encoded beside it.

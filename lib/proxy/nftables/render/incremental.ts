@@ -107,8 +107,8 @@ export interface NftIncrementalOptions {
    */
   readonly deferServicePortChains?: boolean;
   /**
-   * Called every {@link RENDER_COLLECT_EVERY} service ports of a full render (the agent: a young-generation
-   * collection, lib/runtime/memory.ts collectYoung).
+   * Called every {@link RENDER_COLLECT_EVERY} service ports of a full render (the agent: lib/runtime/memory.ts
+   * requestCollection).
    */
   readonly collect?: () => void;
 }
@@ -116,7 +116,7 @@ export interface NftIncrementalOptions {
 /**
  * Service ports between two `collect` calls of a full render. A full render at 10k Services allocates
  * too little to trigger a collection of its own, so its garbage (each service port's element strings and
- * text) piled up into the first sync's peak; a young collection every 500 (20 at 10k, ~0.2–0.3 s in all)
+ * text) piled up into the first sync's peak; a collection asked for every 500 (20 at 10k, ~0.2–0.3 s in all)
  * frees it as it goes: in-process render peak ~183 → ~160 MiB, the agent's first-sync VmHWM at 10k
  * (nftables mode) 280 and 283 → 251 and 249 MiB (bench/README.md).
  */
