@@ -9,6 +9,7 @@
  */
 import pkg from "../../package.json" with { type: "json" };
 import { createTlsFetch, type TlsFetch, type TlsFetchOptions } from "../runtime/fetch_tls.ts";
+import { collectGarbage } from "../runtime/memory.ts";
 import {
   MAX_API_MESSAGE_BYTES,
   MessageTooLargeError,
@@ -476,7 +477,7 @@ async function readList(
   opts: { limit: number; what: string },
   item: (raw: unknown) => unknown,
 ): Promise<unknown> {
-  const decoder = new ListDecoder(item);
+  const decoder = new ListDecoder(item, { collect: collectGarbage });
   try {
     await readBoundedChunks(res, opts, (chunk) => decoder.push(chunk));
     return decoder.finish();

@@ -17,10 +17,20 @@ interface BunMemoryApi {
  * is the development runtime, the shipped binary is Bun's). Returns whether a collection ran.
  */
 export function releaseMemory(): boolean {
+  const ran = collectGarbage();
+  (globalThis as { Bun?: BunMemoryApi }).Bun?.shrink?.();
+  return ran;
+}
+
+/**
+ * A forced full collection (Bun: `Bun.gc(true)`), without asking the runtime to give pages back as
+ * {@link releaseMemory} does: for the middle of a large allocation burst, whose freed memory is reused at
+ * once. Deno/V8: `gc()` with `--expose-gc`, else nothing. Returns whether a collection ran.
+ */
+export function collectGarbage(): boolean {
   const bun = (globalThis as { Bun?: BunMemoryApi }).Bun;
   if (bun !== undefined) {
     bun.gc(true);
-    bun.shrink?.();
     return true;
   }
   const gc = (globalThis as { gc?: () => void }).gc;

@@ -8,7 +8,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ListDecodeError, ListDecoder } from "../../../lib/k8s/list_decode.ts";
+import { LIST_COLLECT_EVERY, ListDecodeError, ListDecoder } from "../../../lib/k8s/list_decode.ts";
 import { ListScanner } from "../../../lib/k8s/list_scanner.ts";
 
 const enc = new TextEncoder();
@@ -84,6 +84,37 @@ describe("ListDecoder", () => {
       metadata: { resourceVersion: "5" },
       items: [{ mapped: { n: 1 } }, { mapped: { n: 2 } }],
     });
+  });
+
+  it("calls collect each time the decoded items pass a multiple of collectEvery (LIST_COLLECT_EVERY by default)", () => {
+    const items = Array.from({ length: 6001 }, (_, n) => ({ n, pad: "x".repeat(n % 7) }));
+    const body = enc.encode(JSON.stringify({ metadata: { resourceVersion: "9" }, items }));
+    const run = (size: number, every: number | undefined) => {
+      const chunks: Uint8Array[] = [];
+      for (let i = 0; i < body.length; i += size) chunks.push(body.slice(i, i + size));
+      const at: number[] = [];
+      let decoded = 0;
+      const d = new ListDecoder((raw) => {
+        decoded++;
+        return raw;
+      }, { collect: () => at.push(decoded), collectEvery: every });
+      for (const c of chunks) d.push(c);
+      assert.deepEqual(d.finish(), { metadata: { resourceVersion: "9" }, items });
+      return at;
+    };
+    // Chunks of fewer items than the interval: once per multiple, right after the chunk that passed it.
+    for (const size of [4096, 37]) {
+      for (const every of [undefined, 1000]) {
+        const step = every ?? LIST_COLLECT_EVERY;
+        const at = run(size, every);
+        assert.equal(at.length, Math.floor(6001 / step), `every ${step}, chunks of ${size}`);
+        assert.ok(at.every((n, i) => Math.floor(n / step) === i + 1 && n % step < 300), String(at));
+      }
+    }
+    // The whole body in one chunk is one batch: one collection after it, not one per multiple.
+    assert.deepEqual(run(body.length, 1000), [6001]);
+    // Without `collect` nothing is asked, and the result is the same.
+    assert.deepEqual(decode([body]), { metadata: { resourceVersion: "9" }, items });
   });
 
   it("gives items null, [], missing, non-object bodies and Status objects as JSON.parse does", () => {
