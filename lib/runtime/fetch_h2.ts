@@ -154,12 +154,21 @@ export function createH2Fetch(
         return code === "ERR_HTTP2_GOAWAY_SESSION" ||
           (reused && (code === "EPIPE" || code === "ECONNRESET" || code === "ERR_HTTP2_INVALID_SESSION"));
       };
+      // A stream the server refused (RST_STREAM REFUSED_STREAM) was not processed (RFC 9113 §8.7): Go's
+      // transport sends such a request again. Bun reports no reset code (rstCode 0 after the server's
+      // RST_STREAM, and no 'error'), so there a bodiless request reset before its response goes again too:
+      // a GET may be repeated, and a second reset fails it.
+      const refused = (code: number | undefined) =>
+        !retried && init.body == null &&
+        (code === http2.constants.NGHTTP2_REFUSED_STREAM || !code);
       const again = () => {
         session = undefined;
         s.close(); // streams still open on it may finish
         return h2fetch(input, init, true);
       };
       let responded = false;
+      /** Set once the request's promise is settled or handed to `again` (an error, then close, both come). */
+      let settled = false;
       let stream: http2.ClientHttp2Stream;
       try {
         stream = s.request(headers);
@@ -174,6 +183,7 @@ export function createH2Fetch(
       const reason = () => signal?.reason ?? new DOMException("The operation was aborted.", "AbortError");
       let body: ReadableStreamDefaultController<Uint8Array> | undefined;
       const onAbort = () => {
+        settled = true;
         stream.close(http2.constants.NGHTTP2_CANCEL);
         reject(reason());
         try {
@@ -184,19 +194,41 @@ export function createH2Fetch(
       const done = () => signal?.removeEventListener("abort", onAbort);
       stream.on("error", (err) => {
         done();
-        if (!responded && goneAway(err)) {
+        if (!responded && !settled && (goneAway(err) || (isStreamReset(err) && refused(stream.rstCode)))) {
+          settled = true;
           resolve(again());
           return;
         }
+        settled = true;
         const e = signal?.aborted ? reason() : new TypeError(`fetch failed: ${err.message}`, { cause: err });
         reject(e);
         try {
           body?.error(e);
         } catch { /* already closed */ }
       });
+      // A stream closed before its response without an 'error' (Bun, on the server's RST_STREAM) would
+      // otherwise leave the request waiting for ever.
+      stream.on("close", () => {
+        if (responded || settled) return;
+        settled = true;
+        done();
+        const code = stream.rstCode;
+        if (refused(code)) {
+          resolve(again());
+          return;
+        }
+        reject(
+          new TypeError(
+            `fetch failed: HTTP/2 stream reset before its response (code ${
+              code ? codeName(code) : "unknown"
+            })`,
+          ),
+        );
+      });
       const touch = alive.get(s);
       stream.once("response", (h) => {
         responded = true;
+        settled = true;
         touch?.();
         const status = Number(h[":status"] ?? 0);
         const respHeaders = new Headers();
@@ -303,3 +335,32 @@ function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T
 
 /** The server did not pick h2: the request goes to the fallback fetch. */
 class FallBack extends Error {}
+
+/** Whether `e` is node:http2's error for a stream the peer reset (ERR_HTTP2_STREAM_ERROR). */
+function isStreamReset(e: unknown): boolean {
+  return (e as NodeJS.ErrnoException)?.code === "ERR_HTTP2_STREAM_ERROR";
+}
+
+/** RFC 9113 §7's error codes, by number, named as node:http2 names them. */
+const ERROR_CODES = [
+  "NO_ERROR",
+  "PROTOCOL_ERROR",
+  "INTERNAL_ERROR",
+  "FLOW_CONTROL_ERROR",
+  "SETTINGS_TIMEOUT",
+  "STREAM_CLOSED",
+  "FRAME_SIZE_ERROR",
+  "REFUSED_STREAM",
+  "CANCEL",
+  "COMPRESSION_ERROR",
+  "CONNECT_ERROR",
+  "ENHANCE_YOUR_CALM",
+  "INADEQUATE_SECURITY",
+  "HTTP_1_1_REQUIRED",
+];
+
+/** "NGHTTP2_REFUSED_STREAM" for 7, and so on; the number for a code RFC 9113 does not define. */
+function codeName(code: number): string {
+  const name = ERROR_CODES[code];
+  return name ? `NGHTTP2_${name}` : String(code);
+}
