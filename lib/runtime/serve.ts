@@ -82,7 +82,8 @@ const DENO_CODES: Record<string, string> = {
   NotCapable: "EACCES",
 };
 
-function toListenError(hostname: string, port: number, e: unknown): ListenError {
+/** A bind failure of either runtime as a {@link ListenError}. */
+export function toListenError(hostname: string, port: number, e: unknown): ListenError {
   const err = e as { code?: unknown; name?: unknown; message?: unknown };
   let code = typeof err?.code === "string" && err.code !== "" ? err.code : "";
   if (code === "" && typeof err?.name === "string") code = DENO_CODES[err.name] ?? "";
@@ -119,7 +120,7 @@ interface BunLike {
 const g = globalThis as { Deno?: DenoLike; Bun?: BunLike };
 
 /** A handler that throws answers 500 and is logged; it never takes the listener down. */
-function internalError(e: unknown): Response {
+export function internalError(e: unknown): Response {
   log.error("HTTP handler failed:", e);
   return new Response("Internal Server Error\n", {
     status: 500,

@@ -11,7 +11,7 @@
  *   `X-Load-Balancing-Endpoint-Weight: <count>` and upstream's tab-indented body.
  */
 import type { ServedApp, ServeFn } from "../runtime/serve.ts";
-import { serveApp } from "../runtime/serve.ts";
+import { serveSmall } from "../runtime/serve_small.ts";
 import { joinHostPort } from "../net/go_net.ts";
 import { listen } from "./listen.ts";
 import { processLogger, type ServerLogger } from "./logger.ts";
@@ -27,7 +27,10 @@ export interface ServiceHealthServerOptions {
   readonly nodeIPs?: readonly string[];
   /** Node name, for messages. */
   readonly hostname?: string;
-  /** Listener factory (tests hand in a fake). */
+  /**
+   * Listener factory (tests hand in a fake). Default: the small server (lib/runtime/serve_small.ts), a
+   * quarter of a `Bun.serve`'s memory per port — a node may hold hundreds of these.
+   */
   readonly serve?: ServeFn;
   readonly logger?: ServerLogger;
 }
@@ -88,7 +91,7 @@ export class ServiceHealthServer {
 
   constructor(opts: ServiceHealthServerOptions) {
     this.#opts = opts;
-    this.#serve = opts.serve ?? serveApp;
+    this.#serve = opts.serve ?? serveSmall;
     this.#log = opts.logger ?? processLogger;
     this.#nodeIPs = opts.nodeIPs && opts.nodeIPs.length > 0 ? [...opts.nodeIPs] : ["0.0.0.0"];
   }
