@@ -9,7 +9,8 @@
  * Behaviour: requests on a connection are answered in order (pipelined ones too); keep-alive as Go decides
  * it; a malformed request gets Go's 400/431/505 and the connection closes; a connection idle for
  * {@link IDLE_TIMEOUT_S} seconds is closed (Bun.serve's default), and one that keeps sending requests
- * without reading the answers is dropped once {@link MAX_UNSENT_BYTES} wait. Bind errors are the same
+ * without reading the answers is dropped once {@link MAX_UNSENT_BYTES} wait, or once more than
+ * {@link MAX_PIPELINED} requests wait for their answers. Bind errors are the same
  * {@link ListenError}s as serveApp's.
  */
 import net from "node:net";
@@ -23,6 +24,9 @@ export const IDLE_TIMEOUT_S = 10;
 
 /** Answer bytes a connection may leave unread before it is dropped. */
 export const MAX_UNSENT_BYTES = 256 * 1024;
+
+/** Requests a connection may have read and not yet had answered (pipelined) before it is dropped. */
+export const MAX_PIPELINED = 128;
 
 /** What a connection driver needs of a socket. */
 interface ConnIO {
@@ -39,6 +43,8 @@ interface ConnIO {
 class Connection {
   readonly #reader = new Http1RequestReader();
   #queue: Promise<void> = Promise.resolve();
+  /** Requests read and not yet answered. */
+  #waiting = 0;
   #ended = false;
 
   constructor(
@@ -50,12 +56,18 @@ class Connection {
   data(bytes: Uint8Array): void {
     if (this.#ended) return;
     for (const r of this.#reader.push(bytes)) {
+      // Go reads the next request only after answering this one; here reading goes on, so bound the backlog.
+      if (++this.#waiting > MAX_PIPELINED) {
+        this.#ended = true;
+        this.io.destroy();
+        return;
+      }
       if ("error" in r) {
         const { status } = r.error;
         this.#queue = this.#queue.then(() => this.#finish(encodeHttp1Error(status)));
       } else {
         const req = r.request;
-        this.#queue = this.#queue.then(() => this.#answer(req));
+        this.#queue = this.#queue.then(() => this.#answer(req)).finally(() => this.#waiting--);
       }
     }
   }

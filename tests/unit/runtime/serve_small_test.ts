@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { encodeHttp1Response } from "../../../lib/net/http1_response.ts";
 import { ListenError, type ServedApp } from "../../../lib/runtime/serve.ts";
-import { serveSmall } from "../../../lib/runtime/serve_small.ts";
+import { MAX_PIPELINED, serveSmall } from "../../../lib/runtime/serve_small.ts";
 
 const dec = new TextDecoder();
 
@@ -38,7 +38,9 @@ function exchange(
     s.on("data", (b: Uint8Array) => (got += dec.decode(b)));
     s.on("error", (e) => {
       clearTimeout(timer);
-      reject(e);
+      // a reset is the server dropping the connection
+      if ((e as NodeJS.ErrnoException).code === "ECONNRESET") resolve({ got, closed: true });
+      else reject(e);
     });
     s.on("close", () => {
       clearTimeout(timer);
@@ -239,6 +241,23 @@ describe("serveSmall", () => {
       });
       assert.ok(got.closed, "the server dropped the connection");
       assert.ok(got.answers < n, `${got.answers} of ${n} answers sent`);
+    });
+  });
+
+  it("a client that pipelines more requests than the backlog allows is dropped", async () => {
+    let served = 0;
+    await withServer(async () => {
+      served++;
+      await new Promise((r) => setTimeout(r, 5));
+      return new Response("x");
+    }, async (s) => {
+      const n = 1000; // 5 s of answers one after the other
+      const t0 = Date.now();
+      const { got, closed } = await exchange(s.port, "GET / HTTP/1.1\r\n\r\n".repeat(n), "127.0.0.1", 8000);
+      assert.ok(closed, "the server dropped the connection");
+      assert.ok(Date.now() - t0 < 4000, `dropped at once (after ${Date.now() - t0} ms)`);
+      assert.ok(statuses(got).length < n, `${statuses(got).length} of ${n} answered`);
+      assert.ok(served <= MAX_PIPELINED + 1, `${served} requests handled`);
     });
   });
 
