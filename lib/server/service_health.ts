@@ -28,8 +28,8 @@ export interface ServiceHealthServerOptions {
   /** Node name, for messages. */
   readonly hostname?: string;
   /**
-   * Listener factory (tests hand in a fake). Default: the small server (lib/runtime/serve_small.ts), a
-   * quarter of a `Bun.serve`'s memory per port — a node may hold hundreds of these.
+   * Listener factory (tests hand in a fake). Default: the small server (lib/runtime/serve_small.ts), about
+   * half a `Bun.serve`'s memory per unprobed port — a node may hold hundreds of these.
    */
   readonly serve?: ServeFn;
   readonly logger?: ServerLogger;
