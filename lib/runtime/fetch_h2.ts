@@ -154,7 +154,7 @@ export function createH2Fetch(
         return code === "ERR_HTTP2_GOAWAY_SESSION" ||
           (reused && (code === "EPIPE" || code === "ECONNRESET" || code === "ERR_HTTP2_INVALID_SESSION"));
       };
-      // A stream the server refused (RST_STREAM REFUSED_STREAM) was not processed (RFC 9113 §8.7): Go's
+      // A stream the server refused (RST_STREAM REFUSED_STREAM) was not processed (RFC 9113 section 8.7): Go's
       // transport sends such a request again. Bun reports no reset code (rstCode 0 after the server's
       // RST_STREAM, and no 'error'), so there a bodiless request reset before its response goes again too:
       // a GET may be repeated, and a second reset fails it.
@@ -341,7 +341,7 @@ function isStreamReset(e: unknown): boolean {
   return (e as NodeJS.ErrnoException)?.code === "ERR_HTTP2_STREAM_ERROR";
 }
 
-/** RFC 9113 §7's error codes, by number, named as node:http2 names them. */
+/** RFC 9113 section 7 error codes, by number, named as node:http2 names them. */
 const ERROR_CODES = [
   "NO_ERROR",
   "PROTOCOL_ERROR",

@@ -1,6 +1,6 @@
 /**
  * lib/runtime/fetch_h2.ts when the server resets a stream before answering it: a stream refused with
- * REFUSED_STREAM was not processed (RFC 9113 §8.7), so a bodiless request goes again on a new connection
+ * REFUSED_STREAM was not processed (RFC 9113 section 8.7), so a bodiless request goes again on a new connection
  * (as Go's transport does); any other reset before the response, or a second refusal, fails the request
  * with the code — never a request left waiting.
  */
