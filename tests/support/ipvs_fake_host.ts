@@ -15,6 +15,10 @@ export interface FakeIpvs {
   readonly calls: string[];
   readonly ipvsLines: string[][];
   setKernel(ipvsadmSave: string): void;
+  /** What `ipvsadm -Ln [<vs args>]` does (default: answers ""). */
+  setList(list: (vsArgs?: string) => Promise<string>): void;
+  /** The addresses kube-ipvs0 holds (default: none). */
+  setDummy(addresses: string[]): void;
 }
 
 /** A fresh provider for IPv4 on node "n1" (node address 192.168.0.2). */
@@ -25,15 +29,17 @@ export function fakeIpvsBackend(
   const calls: string[] = [];
   const ipvsLines: string[][] = [];
   let kernelIpvs = "";
+  let list = (_vsArgs?: string) => Promise.resolve("");
+  let dummy: string[] = [];
   const host: IpvsHost = {
     ipvsSave: () => (calls.push("ipvsSave"), Promise.resolve(kernelIpvs)),
-    ipvsList: () => (calls.push("ipvsList"), Promise.resolve("")),
+    ipvsList: (v) => (calls.push("ipvsList"), list(v)),
     ipvsRestore: (l) => (l.length && ipvsLines.push([...l]), Promise.resolve()),
     ipvsSetTimeouts: () => Promise.resolve(),
     ipsetSave: () => (calls.push("ipsetSave"), Promise.resolve("")),
     ipsetRestore: () => Promise.resolve(),
     ensureDummy: () => (calls.push("ensureDummy"), Promise.resolve()),
-    dummyAddresses: () => (calls.push("dummyAddresses"), Promise.resolve([])),
+    dummyAddresses: () => (calls.push("dummyAddresses"), Promise.resolve([...dummy])),
     changeDummyAddresses: () => Promise.resolve(),
     nodeAddresses: () => Promise.resolve(["192.168.0.2"]),
   };
@@ -59,5 +65,12 @@ export function fakeIpvsBackend(
     metrics,
     log: { info: () => {}, warn: () => {}, debug: () => {} },
   });
-  return { backend, calls, ipvsLines, setKernel: (t: string) => void (kernelIpvs = t) };
+  return {
+    backend,
+    calls,
+    ipvsLines,
+    setKernel: (t: string) => void (kernelIpvs = t),
+    setList: (f) => void (list = f),
+    setDummy: (a) => void (dummy = a),
+  };
 }

@@ -34,6 +34,9 @@ export { IPVS_JUMP_RULES };
 /** Up to this many draining virtual servers are listed one by one (`ipvsadm -Ln -t …`), not all. */
 const DRAIN_LIST_ONE_BY_ONE = 16;
 
+/** ipvsadm's error for a virtual server that does not exist. */
+const NO_SUCH_SERVICE = /No such service/;
+
 /** The sets as the last sync left them (every set of the list exists after a sync). */
 function ipsetsOf(last: IpvsState, family: IPFamily): Map<string, KernelIPSet> {
   const out = new Map<string, KernelIPSet>();
@@ -156,7 +159,9 @@ export class IpvsBackend implements Provider {
     });
     await host.ipvsRestore(plan.lines);
     this.#terminating = [...plan.terminating];
-    await this.#deleteDrained();
+    // A virtual server deleted behind our back fails the sync, as before: the next one is full and repairs it.
+    const gone = await this.#deleteDrained();
+    if (gone !== null) throw new Error(`ipvs ${family}: ${gone}`);
     await host.changeDummyAddresses([], [...bound].filter((a) => !want.has(a)));
     this.#last = model;
     const c = plan.counts;
@@ -171,17 +176,33 @@ export class IpvsBackend implements Provider {
     };
   }
 
-  /** Deletes terminating real servers whose connections have drained (upstream's graceful delete list). */
-  async #deleteDrained(): Promise<void> {
-    if (this.#terminating.length === 0) return;
+  /**
+   * Deletes terminating real servers whose connections have drained (upstream's graceful delete list).
+   * Returns the drift found instead when a draining real server's virtual server is gone from the kernel
+   * (someone deleted it since the last read), so the caller repairs it rather than failing.
+   */
+  async #deleteDrained(): Promise<string | null> {
+    if (this.#terminating.length === 0) return null;
     // A few virtual servers are listed one by one; many at once with one full listing.
     const vss = [...new Set(this.#terminating.map((t) => t.vsArgs))];
-    const listing = vss.length <= DRAIN_LIST_ONE_BY_ONE
-      ? (await Promise.all(vss.map((v) => this.#o.host.ipvsList(v)))).join("\n")
-      : await this.#o.host.ipvsList();
+    let listing: string;
+    if (vss.length <= DRAIN_LIST_ONE_BY_ONE) {
+      const parts = await Promise.all(vss.map((v) =>
+        this.#o.host.ipvsList(v).catch((e: unknown) => {
+          if (NO_SUCH_SERVICE.test(e instanceof Error ? e.message : String(e))) return null;
+          throw e;
+        })
+      ));
+      const gone = vss.find((_, i) => parts[i] === null);
+      if (gone !== undefined) return `IPVS virtual server ${gone} (draining real servers) is missing`;
+      listing = parts.join("\n");
+    } else {
+      listing = await this.#o.host.ipvsList();
+    }
     const { lines, remaining } = drainedDeletes(this.#terminating, parseIpvsadmConnections(listing));
     await this.#o.host.ipvsRestore(lines);
     this.#terminating = remaining;
+    return null;
   }
 
   async checkDrift(): Promise<string | null> {
@@ -201,8 +222,7 @@ export class IpvsBackend implements Provider {
     const bound = new Set(await this.#o.host.dummyAddresses(this.#o.family));
     for (const a of last.bindAddresses) if (!bound.has(a)) return `${a} is missing from kube-ipvs0`;
     // Only now: listing a draining real server's virtual server fails when someone deleted it, and that
-    // failure must not hide the drift the full sync repairs.
-    await this.#deleteDrained();
-    return null;
+    // failure must not hide the drift the full sync repairs (nor may a deletion after the read above).
+    return await this.#deleteDrained();
   }
 }

@@ -72,4 +72,35 @@ describe("IPVS Provider", () => {
     f.setKernel("-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.1.0.1:80 -m -w 1\n");
     assert.match((await f.backend.checkDrift())!, /10\.96\.0\.1 is missing from kube-ipvs0/);
   });
+
+  it("a draining real server's virtual server deleted during the drift check is drift, not a failed check", async () => {
+    const f = fake();
+    await f.backend.sync(state([[a, [ep("10.1.0.1"), ep("10.1.0.3")]]]), { full: true });
+    // the removed endpoint still has a connection: it stays terminating at weight 0
+    f.setList(() =>
+      Promise.resolve("TCP  10.96.0.1:80 rr\n  -> 10.1.0.1:80  Masq 1 0 0\n  -> 10.1.0.3:80  Masq 0 1 0\n")
+    );
+    await f.backend.sync(state([[a, [ep("10.1.0.1")]]]), { full: false });
+    assert.equal(f.backend.terminating.length, 1);
+    f.setKernel(
+      "-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.1.0.1:80 -m -w 1\n-a -t 10.96.0.1:80 -r 10.1.0.3:80 -m -w 0\n",
+    );
+    f.setDummy(["10.96.0.1"]);
+    assert.equal(await f.backend.checkDrift(), null, "all there: no drift");
+    // deleted after the check read the kernel, before it lists the draining real server's virtual server
+    f.setList((v) => Promise.reject(new Error(`/usr/sbin/ipvsadm -Ln ${v}: No such service`)));
+    assert.equal(
+      await f.backend.checkDrift(),
+      "IPVS virtual server -t 10.96.0.1:80 (draining real servers) is missing",
+    );
+    // any other listing error is still an error
+    f.setList(() => Promise.reject(new Error("ipvsadm: Permission denied")));
+    await assert.rejects(f.backend.checkDrift(), /Permission denied/);
+    // and a sync that finds it gone fails, so the next sync is full
+    f.setList((v) => Promise.reject(new Error(`/usr/sbin/ipvsadm -Ln ${v}: No such service`)));
+    await assert.rejects(
+      f.backend.sync(state([[a, [ep("10.1.0.1")]]]), { full: false }),
+      /ipvs IPv4: IPVS virtual server -t 10\.96\.0\.1:80 \(draining real servers\) is missing/,
+    );
+  });
 });
