@@ -16,8 +16,9 @@ import { type Invocation, isUserError, resolveInvocation } from "./lib/cli/resol
 import { UPSTREAM_KUBE_PROXY_VERSION, VERSION, versionLine } from "./lib/cli/version.ts";
 import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
-import { configureLogging, log } from "./lib/log.ts";
+import { configureLogging, infoV, log } from "./lib/log.ts";
 import { installShutdownSignals } from "./lib/app/shutdown.ts";
+import { applyHeapSizing, heapSizingLogFields } from "./lib/runtime/heap_sizing.ts";
 
 // First thing, before any I/O: SIGTERM/SIGINT exit 0 from now on; once the agent runs they stop it in
 // order, within a bound (lib/app/shutdown.ts).
@@ -56,6 +57,9 @@ function flushStdio(): Promise<unknown> {
 }
 
 async function execute(inv: Invocation, argv: readonly string[]): Promise<number> {
+  // The agent re-executes itself once, before it logs or opens anything, so that the runtime sizes its
+  // heap for an agent (lib/runtime/heap_sizing.ts); this returns only when that was not needed or failed.
+  const heapSizingError = inv.action === "run" ? applyHeapSizing() : null;
   configureLogging({
     verbosity: inv.config.logging.verbosity,
     format: inv.config.logging.format === "json" ? "json" : "text",
@@ -80,6 +84,12 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
       return 0;
     case "run": {
       printFlags(argv);
+      if (heapSizingError !== null) {
+        log.warn(`heap sizing: ${heapSizingError}; the runtime sizes the heap from the machine's RAM`);
+      } else {
+        const fields = heapSizingLogFields();
+        if (fields !== null) infoV(2, "Heap sizing", fields);
+      }
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
       const { runAgent } = await import("./lib/app/agent.ts");
       return await runAgent(applyPlatformDefaults(inv.config), {

@@ -1,0 +1,104 @@
+/**
+ * The agent's one re-exec that sizes the runtime's heap (lib/runtime/heap_sizing.ts), seen from outside
+ * as an operator would: a `--dry-run` on the example site at -v=2, under `bun main.ts` and the compiled
+ * binary (skipped, saying so, when dist/edgeproxy has not been built). The agent reports the value it runs
+ * with; every line comes from the process that was started (klog's pid: execve keeps it); the flags
+ * arrive intact and are printed once; an operator's own value is kept.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import process from "node:process";
+import { KLOG_HEADER } from "../support/klog_lines.ts";
+import { HEAP_RAM_BYTES, HEAP_RAM_ENV } from "../../lib/runtime/heap_sizing.ts";
+
+const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
+const BINARY = process.env.EDGEPROXY_BIN
+  ? resolve(process.env.EDGEPROXY_BIN)
+  : join(ROOT, "dist", "edgeproxy");
+const SITE = join(ROOT, "examples", "edge-site");
+const DRY_RUN = ["--dry-run", "--manifests", SITE, "--hostname-override", "edge-node-1", "--v=2"];
+
+interface Variant {
+  name: string;
+  cmd: string;
+  prefix: string[];
+  skip: string | false;
+}
+
+const VARIANTS: Variant[] = [
+  {
+    name: "bun main.ts",
+    cmd: join(ROOT, "node_modules/.bin/bun"),
+    prefix: [join(ROOT, "main.ts")],
+    skip: false,
+  },
+  {
+    name: "compiled binary",
+    cmd: BINARY,
+    prefix: [],
+    skip: existsSync(BINARY) ? false : `no compiled binary at ${BINARY} (run "bash compile.sh" first)`,
+  },
+];
+
+interface Run {
+  code: number;
+  pid: number;
+  stdout: string;
+  stderr: string;
+}
+
+function run(v: Variant, env: Record<string, string | undefined>): Promise<Run> {
+  return new Promise((done) => {
+    const child = execFile(
+      v.cmd,
+      [...v.prefix, ...DRY_RUN],
+      { cwd: ROOT, timeout: 60_000, maxBuffer: 16 << 20, env: { ...env, NO_COLOR: "1" } },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === "number" ? err.code : 1) : 0;
+        done({ code, pid: child.pid ?? -1, stdout: String(stdout), stderr: String(stderr) });
+      },
+    );
+  });
+}
+
+/** The environment of this test without the variable, so the agent decides. */
+function cleanEnv(): Record<string, string | undefined> {
+  const env = { ...process.env };
+  delete env[HEAP_RAM_ENV];
+  return env;
+}
+
+for (const v of VARIANTS) {
+  if (v.skip) console.log(`SKIP heap sizing (${v.name}): ${v.skip}`);
+  describe(`heap sizing (${v.name})`, { skip: v.skip }, () => {
+    it("runs with the variable set by its own re-exec: same pid, flags intact and printed once", async () => {
+      const r = await run(v, cleanEnv());
+      assert.equal(r.code, 0, r.stderr);
+      const lines = r.stderr.split("\n").filter((l) => l !== "");
+      const sizing = `] "Heap sizing" env="${HEAP_RAM_ENV}" value="${HEAP_RAM_BYTES}"`;
+      assert.equal(lines.filter((l) => l.endsWith(sizing)).length, 1, r.stderr);
+      for (const l of lines) {
+        const m = KLOG_HEADER.exec(l);
+        assert.ok(m, `not a klog line: ${l}`);
+        assert.equal(Number(m[8]), r.pid, `a line from another process than the one started: ${l}`);
+      }
+      const flag = (name: string) => lines.filter((l) => l.endsWith(`] FLAG: --${name}`));
+      assert.equal(flag('v="2"').length, 1, r.stderr);
+      assert.equal(flag('hostname-override="edge-node-1"').length, 1, r.stderr);
+      assert.equal(flag(`manifests="${SITE}"`).length, 1, r.stderr);
+      assert.equal(lines.filter((l) => l.includes('"Version info"')).length, 1);
+      // The dry run still printed its transaction.
+      assert.match(r.stdout, /iptables-restore/);
+    });
+
+    it("keeps an operator's value (0: the runtime's own sizing)", async () => {
+      const r = await run(v, { ...cleanEnv(), [HEAP_RAM_ENV]: "0" });
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`"Heap sizing" env="${HEAP_RAM_ENV}" value="0"`));
+    });
+  });
+}
