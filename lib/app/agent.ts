@@ -16,6 +16,7 @@ import { log } from "../log.ts";
 import { StateStore } from "../source/state_store.ts";
 import { withNodeValidation } from "../source/node_validation.ts";
 import { withServiceCIDRConfig } from "../source/service_cidrs.ts";
+import { withListsStored } from "../source/lists_stored.ts";
 import { StateCacheWriter } from "../source/state_cache_writer.ts";
 import { localAddresses, primaryNodeIP } from "../proxy/node_addresses.ts";
 import { RealClock } from "../runtime/clock.ts";
@@ -128,14 +129,20 @@ function logReleased(ms: number): void {
   );
 }
 
-/** Logs what the page-out of the executable's start-up pages gave back (once per process). */
-function logPagedOut(r: PageOutResult | null): void {
-  if (r === null) return;
-  const mib = (kib: number) => (kib / 1024).toFixed(1);
-  const text = `paged out the executable's start-up code: resident file pages ${mib(r.rssFileKiBBefore)} → ` +
-    `${mib(r.rssFileKiBAfter)} MiB`;
-  if (r.error !== undefined) log.warn(`${text}; madvise refused a mapping: ${r.error}`);
-  else log.info(text);
+/**
+ * Pages out the executable's start-up code and logs what that gave back. Twice per process: once the
+ * lists are stored (flags, config, the lists' decoding are done; the first sync's peak follows, and its
+ * code maps back in as it runs), and after the first full sync (what only that sync ran).
+ */
+function pageOutStartup(when: "lists stored" | "first sync done"): void {
+  pageOutExecutable().then((r: PageOutResult | null) => {
+    if (r === null) return;
+    const mib = (kib: number) => (kib / 1024).toFixed(1);
+    const text = `paged out the executable's start-up code (${when}): resident file pages ` +
+      `${mib(r.rssFileKiBBefore)} → ${mib(r.rssFileKiBAfter)} MiB`;
+    if (r.error !== undefined) log.warn(`${text}; madvise refused a mapping: ${r.error}`);
+    else log.info(text);
+  }, (e: Error) => log.warn(`paging out start-up code (${when}): ${e.message}`));
 }
 
 /**
@@ -177,7 +184,7 @@ export async function runAgent(
     const ran = releaseMemory();
     if (!startupPagedOut) {
       startupPagedOut = true;
-      pageOutExecutable().then(logPagedOut, (e: Error) => log.warn(`paging out start-up code: ${e.message}`));
+      pageOutStartup("first sync done");
     }
     return ran;
   };
@@ -254,7 +261,11 @@ export async function runAgent(
   });
 
   const warn = (m: string) => log.warn(m);
-  store = new StateStore(withServiceCIDRConfig(withNodeValidation(proxiers, warn), warn));
+  // At 10k Services the first sync's peak came with ~20 MiB of start-up code still mapped (bench/README.md).
+  const downstream = withServiceCIDRConfig(withNodeValidation(proxiers, warn), warn);
+  store = new StateStore(
+    dryRun ? downstream : withListsStored(downstream, () => pageOutStartup("lists stored")),
+  );
   if (options.stateDir && !dryRun) {
     cacheWriter = new StateCacheWriter(store, {
       dir: options.stateDir,

@@ -2,8 +2,8 @@
  * Giving back the executable's file pages that only start-up needed. The compiled agent is one ~110 MiB
  * file (the runtime's code and our bundle); flag parsing, config loading, the first LIST and the first
  * full sync map ~50 MiB of it into the process, of which a steady agent keeps using well under half, and
- * mapped pages count in the agent's RSS for as long as it runs. Once the first sync is done,
- * `madvise(MADV_PAGEOUT)` over the executable's own read-only mappings unmaps them (clean file pages:
+ * mapped pages count in the agent's RSS for as long as it runs. Once the lists are stored, and again once the
+ * first sync is done (lib/app/agent.ts), `madvise(MADV_PAGEOUT)` over the executable's own read-only mappings unmaps them (clean file pages:
  * nothing is written anywhere). Measured on kernel 6.18 they stay in the page cache, unmapped, where the
  * kernel reclaims them first when memory runs short and a restart finds them; what the agent still runs
  * maps back in on first use. Pages another process maps stay mapped.
