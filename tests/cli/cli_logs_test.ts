@@ -7,48 +7,18 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
 import { FLAGS } from "../../lib/cli/flags.ts";
 import { KLOG_HEADER, klogTestRegex } from "../support/klog_lines.ts";
+import { type CliVariant, cliVariants, ROOT } from "../support/cli_variants.ts";
 
-const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
-const BINARY = process.env.EDGEPROXY_BIN
-  ? resolve(process.env.EDGEPROXY_BIN)
-  : join(ROOT, "dist", "edgeproxy");
 const SITE = join(ROOT, "examples", "edge-site");
 
-interface Variant {
-  name: string;
-  cmd: string;
-  prefix: string[];
-  skip: string | false;
-}
+const VARIANTS = cliVariants("deno", "bun", "compiled");
 
-const VARIANTS: Variant[] = [
-  {
-    name: "deno run main.ts",
-    cmd: join(ROOT, "node_modules/.bin/deno"),
-    prefix: ["run", "-A", join(ROOT, "main.ts")],
-    skip: false,
-  },
-  {
-    name: "bun main.ts",
-    cmd: join(ROOT, "node_modules/.bin/bun"),
-    prefix: [join(ROOT, "main.ts")],
-    skip: false,
-  },
-  {
-    name: "compiled binary",
-    cmd: BINARY,
-    prefix: [],
-    skip: existsSync(BINARY) ? false : `no compiled binary at ${BINARY} (run "bash compile.sh" first)`,
-  },
-];
-
-function run(v: Variant, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+function run(v: CliVariant, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((done) => {
     execFile(
       v.cmd,

@@ -8,39 +8,14 @@ import assert from "node:assert/strict";
 import { execFile, spawn } from "node:child_process";
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { parse } from "yaml";
 import pkg from "../../package.json" with { type: "json" };
 import { defaultConfig } from "../../lib/config/defaults.ts";
 import { configToYAML } from "../../lib/config/write.ts";
+import { type CliVariant, cliVariants } from "../support/cli_variants.ts";
 
-const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
-const BINARY = process.env.EDGEPROXY_BIN
-  ? resolve(process.env.EDGEPROXY_BIN)
-  : join(ROOT, "dist", "edgeproxy");
-
-interface Variant {
-  name: string;
-  cmd: string;
-  prefix: string[];
-  skip: string | false;
-}
-
-const VARIANTS: Variant[] = [
-  {
-    name: "deno run main.ts",
-    cmd: join(ROOT, "node_modules/.bin/deno"),
-    prefix: ["run", "-A", join(ROOT, "main.ts")],
-    skip: false,
-  },
-  {
-    name: "compiled binary",
-    cmd: BINARY,
-    prefix: [],
-    skip: existsSync(BINARY) ? false : `no compiled binary at ${BINARY} (run "bash compile.sh" first)`,
-  },
-];
+const VARIANTS = cliVariants("deno", "compiled");
 
 interface Run {
   code: number;
@@ -57,7 +32,12 @@ function cliEnv(extra: Record<string, string> = {}): Record<string, string | und
   return env;
 }
 
-function run(v: Variant, args: string[], cwd: string, extraEnv: Record<string, string> = {}): Promise<Run> {
+function run(
+  v: CliVariant,
+  args: string[],
+  cwd: string,
+  extraEnv: Record<string, string> = {},
+): Promise<Run> {
   return new Promise((done) => {
     execFile(
       v.cmd,

@@ -8,41 +8,16 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import process from "node:process";
 import { KLOG_HEADER } from "../support/klog_lines.ts";
 import { HEAP_RAM_BYTES, HEAP_RAM_ENV } from "../../lib/runtime/heap_sizing.ts";
+import { type CliVariant, cliVariants, ROOT } from "../support/cli_variants.ts";
 
-const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
-const BINARY = process.env.EDGEPROXY_BIN
-  ? resolve(process.env.EDGEPROXY_BIN)
-  : join(ROOT, "dist", "edgeproxy");
 const SITE = join(ROOT, "examples", "edge-site");
 const DRY_RUN = ["--dry-run", "--manifests", SITE, "--hostname-override", "edge-node-1", "--v=2"];
 
-interface Variant {
-  name: string;
-  cmd: string;
-  prefix: string[];
-  skip: string | false;
-}
-
-const VARIANTS: Variant[] = [
-  {
-    name: "bun main.ts",
-    cmd: join(ROOT, "node_modules/.bin/bun"),
-    prefix: [join(ROOT, "main.ts")],
-    skip: false,
-  },
-  {
-    name: "compiled binary",
-    cmd: BINARY,
-    prefix: [],
-    skip: existsSync(BINARY) ? false : `no compiled binary at ${BINARY} (run "bash compile.sh" first)`,
-  },
-];
+const VARIANTS = cliVariants("bun", "compiled");
 
 interface Run {
   code: number;
@@ -51,7 +26,7 @@ interface Run {
   stderr: string;
 }
 
-function run(v: Variant, env: Record<string, string | undefined>): Promise<Run> {
+function run(v: CliVariant, env: Record<string, string | undefined>): Promise<Run> {
   return new Promise((done) => {
     const child = execFile(
       v.cmd,
