@@ -7,6 +7,8 @@
  * --write-config-to writes the configuration and exits 0, otherwise the agent runs and its return value is
  * the exit code. Any command-line or configuration error is one line on stderr and exit code 1.
  */
+// First, before anything else is evaluated: the one re-exec that sizes the runtime's heap.
+import { HEAP_SIZING_ERROR } from "./lib/runtime/heap_sizing_boot.ts";
 import process from "node:process";
 import { type ArgsDef, defineCommand, runMain } from "citty";
 import { FLAGS } from "./lib/cli/flags.ts";
@@ -18,7 +20,7 @@ import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
 import { configureLogging, infoV, log } from "./lib/log.ts";
 import { installShutdownSignals } from "./lib/app/shutdown.ts";
-import { applyHeapSizing, heapSizingLogFields } from "./lib/runtime/heap_sizing.ts";
+import { heapSizingLogFields } from "./lib/runtime/heap_sizing.ts";
 
 // First thing, before any I/O: SIGTERM/SIGINT exit 0 from now on; once the agent runs they stop it in
 // order, within a bound (lib/app/shutdown.ts).
@@ -57,9 +59,6 @@ function flushStdio(): Promise<unknown> {
 }
 
 async function execute(inv: Invocation, argv: readonly string[]): Promise<number> {
-  // The agent re-executes itself once, before it logs or opens anything, so that the runtime sizes its
-  // heap for an agent (lib/runtime/heap_sizing.ts); this returns only when that was not needed or failed.
-  const heapSizingError = inv.action === "run" ? applyHeapSizing() : null;
   configureLogging({
     verbosity: inv.config.logging.verbosity,
     format: inv.config.logging.format === "json" ? "json" : "text",
@@ -84,8 +83,8 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
       return 0;
     case "run": {
       printFlags(argv);
-      if (heapSizingError !== null) {
-        log.warn(`heap sizing: ${heapSizingError}; the runtime sizes the heap from the machine's RAM`);
+      if (HEAP_SIZING_ERROR !== null) {
+        log.warn(`heap sizing: ${HEAP_SIZING_ERROR}; the runtime sizes the heap from the machine's RAM`);
       } else {
         const fields = heapSizingLogFields();
         if (fields !== null) infoV(2, "Heap sizing", fields);
