@@ -5,8 +5,8 @@
  * 60 MiB heap grows to ~120 MiB of garbage before a full collection, whatever the agent itself needs.
  * Told the machine has {@link HEAP_RAM_BYTES} (JavaScriptCore's `forceRAMSize` option; no cap: a heap
  * larger than that still grows, by 1.24× instead of 2×), it collects sooner. Measured at 10k Services
- * (bench/README.md): first-sync peak ~193 → ~176 MiB in iptables mode and ~251 → ~225 MiB in nftables
- * mode, settled RSS ~10 MiB lower, the first sync no slower.
+ * (bench/README.md): first-sync peak ~188 → ~171 MiB in iptables mode and ~243 → ~219 MiB in nftables
+ * mode, settled RSS ~10–18 MiB lower, the first sync no slower.
  *
  * The option is read only as the runtime starts, from `BUN_JSC_forceRAMSize`, so edgeproxy re-executes
  * itself once with it set ({@link heapSizingExec}: same PID, same arguments) before the rest of the program
