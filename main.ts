@@ -7,8 +7,8 @@
  * --write-config-to writes the configuration and exits 0, otherwise the agent runs and its return value is
  * the exit code. Any command-line or configuration error is one line on stderr and exit code 1.
  */
-// First, before anything else is evaluated: the one re-exec that sizes the runtime's heap.
-import { HEAP_SIZING_ERROR } from "./lib/runtime/heap_sizing_boot.ts";
+// First, before anything else is evaluated: the one re-exec that sets the engine's options (heap sizing, JIT tiers).
+import { ENGINE_OPTIONS_ERROR } from "./lib/runtime/engine_options_boot.ts";
 import process from "node:process";
 import { type ArgsDef, defineCommand, runMain } from "citty";
 import { FLAGS } from "./lib/cli/flags.ts";
@@ -20,7 +20,7 @@ import { applyPlatformDefaults } from "./lib/config/defaults.ts";
 import { writeConfigFile } from "./lib/config/write.ts";
 import { configureLogging, infoV, log } from "./lib/log.ts";
 import { installShutdownSignals } from "./lib/app/shutdown.ts";
-import { heapSizingLogFields } from "./lib/runtime/heap_sizing.ts";
+import { engineOptionsLogFields } from "./lib/runtime/engine_options.ts";
 
 // First thing, before any I/O: SIGTERM/SIGINT exit 0 from now on; once the agent runs they stop it in
 // order, within a bound (lib/app/shutdown.ts).
@@ -83,11 +83,11 @@ async function execute(inv: Invocation, argv: readonly string[]): Promise<number
       return 0;
     case "run": {
       printFlags(argv);
-      if (HEAP_SIZING_ERROR !== null) {
-        log.warn(`heap sizing: ${HEAP_SIZING_ERROR}; the runtime sizes the heap from the machine's RAM`);
+      if (ENGINE_OPTIONS_ERROR !== null) {
+        log.warn(`engine options: ${ENGINE_OPTIONS_ERROR}; the runtime runs with its defaults`);
       } else {
-        const fields = heapSizingLogFields();
-        if (fields !== null) infoV(2, "Heap sizing", fields);
+        const fields = engineOptionsLogFields();
+        if (fields !== null) infoV(2, "Engine options", fields);
       }
       // Loaded on demand so that --help, --version and --write-config-to stay fast.
       const { runAgent } = await import("./lib/app/agent.ts");

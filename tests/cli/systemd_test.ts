@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { resolveInvocation } from "../../lib/cli/resolve.ts";
 import { run } from "../support/netns.ts";
 import { haveCommand, offlineExposure, unitValues } from "../support/systemd_root.ts";
-import { HEAP_RAM_ENV } from "../../lib/runtime/heap_sizing.ts";
+import { FTL_JIT_ENV, HEAP_RAM_ENV } from "../../lib/runtime/engine_options.ts";
 
 const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
 const UNIT = readFileSync(join(ROOT, "systemd/edgeproxy.service"), "utf8");
@@ -81,8 +81,9 @@ describe("systemd/edgeproxy.env", () => {
     .filter((l) => l.startsWith("EDGEPROXY_ARGS="))
     .map((l) => l.slice("EDGEPROXY_ARGS=".length));
 
-  it("shows how to opt out of the heap sizing with the variable the agent reads", () => {
+  it("shows how to opt out of each engine option with the variable the agent reads", () => {
     assert.ok(ENV.split("\n").includes(`#${HEAP_RAM_ENV}=0`));
+    assert.ok(ENV.split("\n").includes(`#${FTL_JIT_ENV}=1`));
   });
   it("defines EDGEPROXY_ARGS, with commented alternatives", () => {
     assert.ok(ENV.split("\n").some((l) => l.startsWith("EDGEPROXY_ARGS=")));

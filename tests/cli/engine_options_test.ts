@@ -1,9 +1,9 @@
 /**
- * The agent's one re-exec that sizes the runtime's heap (lib/runtime/heap_sizing.ts), seen from outside
+ * The agent's one re-exec that sets the engine's options (lib/runtime/engine_options.ts), seen from outside
  * as an operator would: a `--dry-run` on the example site at -v=2, under `bun main.ts` and the compiled
- * binary (skipped, saying so, when dist/edgeproxy has not been built). The agent reports the value it runs
+ * binary (skipped, saying so, when dist/edgeproxy has not been built). The agent reports the values it runs
  * with; every line comes from the process that was started (klog's pid: execve keeps it); the flags
- * arrive intact and are printed once; an operator's own value is kept.
+ * arrive intact and are printed once; an operator's own values are kept.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -11,7 +11,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import process from "node:process";
 import { KLOG_HEADER } from "../support/klog_lines.ts";
-import { HEAP_RAM_BYTES, HEAP_RAM_ENV } from "../../lib/runtime/heap_sizing.ts";
+import { ENGINE_OPTIONS, FTL_JIT_ENV, HEAP_RAM_ENV } from "../../lib/runtime/engine_options.ts";
 import { type CliVariant, cliVariants, ROOT } from "../support/cli_variants.ts";
 
 const SITE = join(ROOT, "examples", "edge-site");
@@ -40,22 +40,27 @@ function run(v: CliVariant, env: Record<string, string | undefined>): Promise<Ru
   });
 }
 
-/** The environment of this test without the variable, so the agent decides. */
+/** The environment of this test without the variables, so the agent decides. */
 function cleanEnv(): Record<string, string | undefined> {
   const env = { ...process.env };
-  delete env[HEAP_RAM_ENV];
+  for (const o of ENGINE_OPTIONS) delete env[o.env];
   return env;
 }
 
+/** The -v=2 line listing `values` (variable → value, in ENGINE_OPTIONS' order). */
+function optionsLine(values: Record<string, string>): string {
+  return `] "Engine options" ${ENGINE_OPTIONS.map((o) => `${o.env}="${values[o.env]}"`).join(" ")}`;
+}
+
 for (const v of VARIANTS) {
-  if (v.skip) console.log(`SKIP heap sizing (${v.name}): ${v.skip}`);
-  describe(`heap sizing (${v.name})`, { skip: v.skip }, () => {
-    it("runs with the variable set by its own re-exec: same pid, flags intact and printed once", async () => {
+  if (v.skip) console.log(`SKIP engine options (${v.name}): ${v.skip}`);
+  describe(`engine options (${v.name})`, { skip: v.skip }, () => {
+    it("runs with the variables set by its own re-exec: same pid, flags intact and printed once", async () => {
       const r = await run(v, cleanEnv());
       assert.equal(r.code, 0, r.stderr);
       const lines = r.stderr.split("\n").filter((l) => l !== "");
-      const sizing = `] "Heap sizing" env="${HEAP_RAM_ENV}" value="${HEAP_RAM_BYTES}"`;
-      assert.equal(lines.filter((l) => l.endsWith(sizing)).length, 1, r.stderr);
+      const values = Object.fromEntries(ENGINE_OPTIONS.map((o) => [o.env, o.value]));
+      assert.equal(lines.filter((l) => l.endsWith(optionsLine(values))).length, 1, r.stderr);
       for (const l of lines) {
         const m = KLOG_HEADER.exec(l);
         assert.ok(m, `not a klog line: ${l}`);
@@ -70,10 +75,16 @@ for (const v of VARIANTS) {
       assert.match(r.stdout, /iptables-restore/);
     });
 
-    it("keeps an operator's value (0: the runtime's own sizing)", async () => {
+    it("keeps an operator's values (0: the engine's own heap sizing; 1: the FTL tier)", async () => {
+      const r = await run(v, { ...cleanEnv(), [HEAP_RAM_ENV]: "0", [FTL_JIT_ENV]: "1" });
+      assert.equal(r.code, 0, r.stderr);
+      assert.ok(r.stderr.includes(optionsLine({ [HEAP_RAM_ENV]: "0", [FTL_JIT_ENV]: "1" })), r.stderr);
+    });
+
+    it("adds the one an operator left unset", async () => {
       const r = await run(v, { ...cleanEnv(), [HEAP_RAM_ENV]: "0" });
       assert.equal(r.code, 0, r.stderr);
-      assert.match(r.stderr, new RegExp(`"Heap sizing" env="${HEAP_RAM_ENV}" value="0"`));
+      assert.ok(r.stderr.includes(optionsLine({ [HEAP_RAM_ENV]: "0", [FTL_JIT_ENV]: "0" })), r.stderr);
     });
   });
 }
