@@ -554,7 +554,8 @@ export class EndpointSliceCache {
         for (const info of endpointsOnPort(entry, p)) {
           // The same IP twice (an Endpoint moving between slices, or a new Pod reusing the IP of a
           // terminating one): prefer the non-terminating one (upstream #135593).
-          if (!group.set.has(info.endpoint) || !info.terminating) group.set.set(info.endpoint, info);
+          const at = info.endpoint;
+          if (!group.set.has(at) || !info.terminating) group.set.set(at, info);
         }
       }
     }
@@ -599,6 +600,8 @@ const NO_ENDPOINTS: readonly never[] = Object.freeze([]);
 
 /** True when a sorted endpoint list holds the same "ip:port" twice (adjacent after sorting). */
 function hasDuplicate(sorted: readonly EndpointInfo[]): boolean {
-  for (let i = 1; i < sorted.length; i++) if (sorted[i].endpoint === sorted[i - 1].endpoint) return true;
+  for (let i = 1; i < sorted.length; i++) {
+    if (sorted[i].ip === sorted[i - 1].ip && sorted[i].port === sorted[i - 1].port) return true;
+  }
   return false;
 }

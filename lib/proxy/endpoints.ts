@@ -18,14 +18,15 @@ const TERMINATING = 8;
 
 /**
  * The EndpointInfo the cache builds: the four conditions packed into one number read through getters,
- * so that an endpoint takes 8 slots instead of 11 (80 bytes instead of 112 under JavaScriptCore; the
- * model holds one per endpoint and port, 65k at 10k Services). Readers see an ordinary EndpointInfo.
- * `flags` is an own enumerable field, so structural comparison (sameValue) still sees every condition.
+ * so that an endpoint takes 7 slots instead of 11 (the model holds one per endpoint and port, 65k at 10k
+ * Services), and its "ip:port" string made when read instead of held (65k strings, ~3 MiB of heap at 10k;
+ * the renderers read it once or twice per render, and {@link compareEndpoints} never makes it). Readers
+ * see an ordinary EndpointInfo. `flags` is an own enumerable field, so structural comparison (sameValue)
+ * still sees every condition; the endpoint string follows from `ip` and `port`.
  */
 export class PackedEndpointInfo implements EndpointInfo {
   readonly ip: string;
   readonly port: number;
-  readonly endpoint: string;
   /** isLocal, ready, serving and terminating as bits 0-3; read those instead. */
   readonly flags: number;
   readonly zoneHints: readonly string[] | null;
@@ -36,13 +37,17 @@ export class PackedEndpointInfo implements EndpointInfo {
   constructor(fields: EndpointFields, port: number, isLocal: boolean) {
     this.ip = fields.ip;
     this.port = port;
-    this.endpoint = joinHostPort(fields.ip, port);
     this.flags = (isLocal ? LOCAL : 0) | (fields.ready ? READY : 0) | (fields.serving ? SERVING : 0) |
       (fields.terminating ? TERMINATING : 0);
     this.zoneHints = fields.zoneHints;
     this.nodeHints = fields.nodeHints;
     this.nodeName = fields.nodeName;
     this.zone = fields.zone;
+  }
+
+  /** "ip:port" ("[ip]:port" for IPv6), made on each read. */
+  get endpoint(): string {
+    return joinHostPort(this.ip, this.port);
   }
 
   get isLocal(): boolean {
@@ -84,9 +89,29 @@ export function plainEndpointInfo(ep: EndpointInfo): EndpointInfo {
   };
 }
 
-/** Upstream's byEndpoint order: by the "ip:port" string, compared bytewise (no locale). */
+/**
+ * Upstream's byEndpoint order: by the "ip:port" string ("[ip]:port" for IPv6), compared by UTF-16 code
+ * unit as `<` does, without making either string (sorting 65k endpoints would make two per comparison).
+ */
 export function compareEndpoints(a: EndpointInfo, b: EndpointInfo): number {
-  return a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0;
+  const a6 = a.ip.includes(":");
+  if (a6 !== b.ip.includes(":")) return a6 ? 1 : -1; // "[" sorts after every digit
+  if (a.ip !== b.ip) {
+    const n = Math.min(a.ip.length, b.ip.length);
+    for (let i = 0; i < n; i++) {
+      const d = a.ip.charCodeAt(i) - b.ip.charCodeAt(i);
+      if (d !== 0) return d < 0 ? -1 : 1;
+    }
+    // One address is a prefix of the other: the shorter goes on with ":" ("]" for IPv6), which no
+    // address holds at that place, the longer with its next character.
+    const after = a6 ? 0x5d : 0x3a;
+    return a.ip.length < b.ip.length
+      ? (after < b.ip.charCodeAt(n) ? -1 : 1)
+      : (a.ip.charCodeAt(n) < after ? -1 : 1);
+  }
+  const pa = String(a.port);
+  const pb = String(b.port);
+  return pa < pb ? -1 : pa > pb ? 1 : 0;
 }
 
 function hintsEqual(a: readonly string[] | null, b: readonly string[] | null): boolean {

@@ -254,7 +254,10 @@ function serviceOfKey(key: string): string | null {
 /** Serving state per "ip:port"; true when any copy of an endpoint is serving. */
 function servingByEndpoint(endpoints: readonly EndpointInfo[]): Map<string, boolean> {
   const out = new Map<string, boolean>();
-  for (const ep of endpoints) if (ep.serving || !out.has(ep.endpoint)) out.set(ep.endpoint, ep.serving);
+  for (const ep of endpoints) {
+    const at = ep.endpoint;
+    if (ep.serving || !out.has(at)) out.set(at, ep.serving);
+  }
   return out;
 }
 

@@ -148,8 +148,10 @@ export function categorizeEndpoints(
   for (const ep of localEndpoints) reachable.add(ep);
   const seen = new Set<string>();
   const allReachableEndpoints = endpoints.filter((ep) => {
-    if (!reachable.has(ep) || seen.has(ep.endpoint)) return false;
-    seen.add(ep.endpoint);
+    if (!reachable.has(ep)) return false;
+    const at = ep.endpoint;
+    if (seen.has(at)) return false;
+    seen.add(at);
     return true;
   });
   return { clusterEndpoints, localEndpoints, allReachableEndpoints, hasAnyEndpoints };

@@ -12,6 +12,7 @@ import {
   sameValue,
 } from "../../../lib/proxy/endpoint_slice_cache.ts";
 import {
+  compareEndpoints,
   endpointInfoEqual,
   newEndpointInfo,
   PackedEndpointInfo,
@@ -811,6 +812,57 @@ describe("PackedEndpointInfo", () => {
       assert.ok(!sameValue(ep, newEndpointInfo({ ...fields, ready: !ready }, 8080, isLocal)));
       assert.ok(sameValue(ep, newEndpointInfo({ ...fields }, 8080, isLocal)));
     }
+  });
+});
+
+describe("compareEndpoints", () => {
+  it("orders as the ip:port strings compare, without making them", () => {
+    // Addresses that are prefixes of each other, share long prefixes, or differ in family; ports of every
+    // length, so that the tie-break on the port text (not its number) shows.
+    const ips = [
+      "10.0.0.1",
+      "10.0.0.10",
+      "10.0.0.100",
+      "10.0.0.2",
+      "10.0.1.1",
+      "1.2.3.4",
+      "192.168.0.1",
+      "9.9.9.9",
+      "fd00::1",
+      "fd00::10",
+      "fd00::1:0",
+      "fd00::a",
+      "2001:db8::1",
+      "::1",
+    ];
+    const ports = [1, 9, 10, 80, 443, 8080, 9000, 65535];
+    const eps = ips.flatMap((ip) =>
+      ports.map((port) =>
+        newEndpointInfo(
+          {
+            ip,
+            nodeName: "",
+            zone: "",
+            ready: true,
+            serving: true,
+            terminating: false,
+            zoneHints: null,
+            nodeHints: null,
+          },
+          port,
+          false,
+        )
+      )
+    );
+    const text = (e: { endpoint: string }) => e.endpoint;
+    for (const a of eps) {
+      for (const b of eps) {
+        const want = text(a) < text(b) ? -1 : text(a) > text(b) ? 1 : 0;
+        assert.equal(compareEndpoints(a, b), want, `${text(a)} vs ${text(b)}`);
+      }
+    }
+    assert.equal(eps[0].endpoint, "10.0.0.1:1");
+    assert.equal(eps.at(-1)!.endpoint, "[::1]:65535");
   });
 });
 

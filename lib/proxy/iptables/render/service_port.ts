@@ -8,6 +8,7 @@ import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { externallyAccessible, servicePortNameString } from "../../types.ts";
 import { namespacedName } from "../../../k8s/objects.ts";
 import { categorizeEndpoints, usesClusterEndpoints, usesLocalEndpoints } from "../../topology.ts";
+import { compareEndpoints } from "../../endpoints.ts";
 import { chainsForHash, endpointHashes, portProtoHash } from "../chain_names.ts";
 import { checkEndpoint, checkServicePort } from "./validate.ts";
 import { SHARED_CHAIN_COUNT, SharedRuleFlags, writeSharedRules } from "./shared_chains.ts";
@@ -27,9 +28,7 @@ const EMPTY_ENDPOINTS: readonly EndpointInfo[] = Object.freeze([]);
 /** `eps` sorted by "ip:port" (the same array when it already is). */
 function sortedByEndpoint(eps: readonly EndpointInfo[]): readonly EndpointInfo[] {
   for (let i = 1; i < eps.length; i++) {
-    if (eps[i - 1].endpoint > eps[i].endpoint) {
-      return [...eps].sort((a, b) => (a.endpoint < b.endpoint ? -1 : a.endpoint > b.endpoint ? 1 : 0));
-    }
+    if (compareEndpoints(eps[i - 1], eps[i]) > 0) return [...eps].sort(compareEndpoints);
   }
   return eps;
 }

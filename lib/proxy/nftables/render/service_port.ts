@@ -81,7 +81,8 @@ export function writeServicePort(
   // One chain per "ip:port" (the endpoint tracker already keeps one endpoint per address and port).
   const byEndpoint = new Map<string, { ep: EndpointInfo; names: EndpointNames }>();
   for (const ep of cat.allReachableEndpoints) {
-    if (!byEndpoint.has(ep.endpoint)) byEndpoint.set(ep.endpoint, { ep, names: endpointNames(svc.name, ep) });
+    const at = ep.endpoint;
+    if (!byEndpoint.has(at)) byEndpoint.set(at, { ep, names: endpointNames(svc.name, ep) });
   }
   const reachable = [...byEndpoint.values()];
   for (const r of reachable) {
