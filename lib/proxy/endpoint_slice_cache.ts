@@ -21,7 +21,13 @@ import {
   servicePortKey,
   type ServicePortName,
 } from "./types.ts";
-import { compareEndpoints, type EndpointFields, newEndpointInfo } from "./endpoints.ts";
+import {
+  compareEndpoints,
+  type EndpointFields,
+  type EndpointPlacement,
+  newEndpointInfo,
+  placementOf,
+} from "./endpoints.ts";
 import {
   formatValue,
   ipFamilyOf,
@@ -354,6 +360,9 @@ export class EndpointSliceCache {
   readonly #sliceOwner = new Map<string, Map<string, string>>();
   /** Port lists shared between slices, by their text (see #sharedPorts). */
   readonly #portLists = new Map<string, readonly EndpointSlicePort[]>();
+  /** Placements without hints shared between endpoints, by node name, then zone (see #placement). */
+  readonly #placements = new Map<string, Map<string, EndpointPlacement>>();
+  #placementCount = 0;
 
   constructor(options: EndpointSliceCacheOptions) {
     this.nodeName = options.nodeName;
@@ -403,6 +412,11 @@ export class EndpointSliceCache {
   #forgetOwner(namespace: string, sliceName: string): void {
     const owners = this.#sliceOwner.get(namespace);
     if (owners?.delete(sliceName) && owners.size === 0) this.#sliceOwner.delete(namespace);
+  }
+
+  /** Number of placements shared between endpoints (diagnostics; at most MAX_SHARED_PLACEMENTS). */
+  sharedPlacements(): number {
+    return this.#placementCount;
   }
 
   /** Number of distinct port lists shared between slices (diagnostics; at most MAX_SHARED_PORT_LISTS). */
@@ -496,23 +510,46 @@ export class EndpointSliceCache {
       return { name, ports: NO_PORTS, byPort: NO_ENDPOINTS, portless: data.endpoints };
     }
     const ports = this.#sharedPorts(data.ports);
+    const placements = data.endpoints.map((ep) => this.#placement(ep));
     if (ports.length === 1) {
-      return { name, ports, byPort: this.#onPort(data.endpoints, ports[0]), portless: null };
+      return { name, ports, byPort: this.#onPort(data.endpoints, placements, ports[0]), portless: null };
     }
     const byPort = new Array<readonly EndpointInfo[]>(ports.length);
-    for (let i = 0; i < ports.length; i++) byPort[i] = this.#onPort(data.endpoints, ports[i]);
+    for (let i = 0; i < ports.length; i++) byPort[i] = this.#onPort(data.endpoints, placements, ports[i]);
     return { name, ports, byPort, portless: null };
   }
 
-  /** A slice's endpoints on one of its ports, sorted. */
-  #onPort(endpoints: readonly EndpointFields[], port: EndpointSlicePort): readonly EndpointInfo[] {
+  /** A slice's endpoints on one of its ports, sorted; `placements[i]` is that of `endpoints[i]`. */
+  #onPort(
+    endpoints: readonly EndpointFields[],
+    placements: readonly EndpointPlacement[],
+    port: EndpointSlicePort,
+  ): readonly EndpointInfo[] {
     if (endpoints.length === 0) return NO_ENDPOINTS;
     const out = new Array<EndpointInfo>(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const ep = endpoints[i];
-      out[i] = newEndpointInfo(ep, port.port, this.nodeName !== "" && ep.nodeName === this.nodeName);
+      const isLocal = this.nodeName !== "" && ep.nodeName === this.nodeName;
+      out[i] = newEndpointInfo(ep, port.port, isLocal, placements[i]);
     }
     return out.sort(compareEndpoints);
+  }
+
+  /**
+   * The placement of `ep`: for one without hints (nearly all) one frozen object per node name and zone,
+   * shared by every endpoint there; with hints, or past {@link MAX_SHARED_PLACEMENTS} of them, its own.
+   */
+  #placement(ep: EndpointFields): EndpointPlacement {
+    if (ep.zoneHints !== null || ep.nodeHints !== null) return placementOf(ep);
+    let byZone = this.#placements.get(ep.nodeName);
+    const shared = byZone?.get(ep.zone);
+    if (shared !== undefined) return shared;
+    if (this.#placementCount >= MAX_SHARED_PLACEMENTS) return placementOf(ep);
+    if (byZone === undefined) this.#placements.set(ep.nodeName, byZone = new Map());
+    const placement = Object.freeze(placementOf(ep));
+    byZone.set(ep.zone, placement);
+    this.#placementCount++;
+    return placement;
   }
 
   /**
@@ -588,6 +625,12 @@ export class EndpointSliceCache {
 
 /** Distinct port lists an EndpointSliceCache shares at most (see #sharedPorts). */
 export const MAX_SHARED_PORT_LISTS = 1024;
+
+/**
+ * Distinct (node, zone) placements an EndpointSliceCache shares at most (see #placement): more than the
+ * nodes of any cluster, so that only names churning without end (nodes replaced forever) reach it.
+ */
+export const MAX_SHARED_PLACEMENTS = 65536;
 
 /** The ports of a slice without ports (shared: nothing to keep per slice). */
 const NO_PORTS: readonly EndpointSlicePort[] = Object.freeze([]);

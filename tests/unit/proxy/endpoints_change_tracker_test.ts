@@ -8,6 +8,7 @@ import {
 } from "../../../lib/proxy/endpoints_change_tracker.ts";
 import {
   EndpointSliceCache,
+  MAX_SHARED_PLACEMENTS,
   MAX_SHARED_PORT_LISTS,
   sameValue,
 } from "../../../lib/proxy/endpoint_slice_cache.ts";
@@ -778,6 +779,80 @@ describe("EndpointSliceCache: shared port lists", () => {
   });
 });
 
+describe("EndpointSliceCache: shared placements", () => {
+  const at = (ip: string, nodeName: string, zone = "z1", hints?: Endpoint["hints"]): Endpoint => ({
+    addresses: [ip],
+    nodeName,
+    zone,
+    ...(hints ? { hints } : {}),
+  });
+  const endpointsOf = (
+    changes: ReturnType<EndpointSliceCache["checkoutChanges"]>,
+    svc: string,
+    port: string,
+  ) => changes.find((c) => c.service === svc)!.current.get(port)!.endpoints as PackedEndpointInfo[];
+
+  it("endpoints on one node and zone share one placement; hinted ones keep their own; all read back", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const hinted = at("10.0.0.4", "node-b", "z1", { forZones: [{ name: "z1" }] });
+    cache.updatePending(
+      slice("ns", "a", "a-1", [at("10.0.0.1", "node-b"), at("10.0.0.2", NODE), hinted], [tcp("p", 80)]),
+      false,
+    );
+    cache.updatePending(
+      slice("ns", "b", "b-1", [at("10.0.0.3", "node-b"), at("10.0.0.5", "node-b", "z2")], [tcp("p", 80)]),
+      false,
+    );
+    const changes = cache.checkoutChanges();
+    const [a1, a2, a4] = endpointsOf(changes, "ns/a", "ns/a:p/TCP");
+    const [b3, b5] = endpointsOf(changes, "ns/b", "ns/b:p/TCP");
+    assert.equal(a1.placement, b3.placement, "node-b/z1 shared across Services");
+    assert.notEqual(a1.placement, a2.placement);
+    assert.notEqual(b3.placement, b5.placement, "another zone, another placement");
+    assert.equal(cache.sharedPlacements(), 3);
+    assert.deepEqual(
+      [a1, a2, a4, b5].map((e) => [e.endpoint, e.nodeName, e.zone, e.zoneHints, e.nodeHints, e.isLocal]),
+      [
+        ["10.0.0.1:80", "node-b", "z1", null, null, false],
+        ["10.0.0.2:80", NODE, "z1", null, null, true],
+        ["10.0.0.4:80", "node-b", "z1", ["z1"], null, false],
+        ["10.0.0.5:80", "node-b", "z2", null, null, false],
+      ],
+    );
+    assert.ok(Object.isFrozen(a1.placement));
+  });
+
+  it("a change of node, zone or hints alone is a change", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const apply = (ep: Endpoint) => {
+      cache.updatePending(slice("ns", "a", "a-1", [ep], [tcp("p", 80)]), false);
+      return cache.checkoutChanges().map((c) => c.service);
+    };
+    assert.deepEqual(apply(at("10.0.0.1", "node-b")), ["ns/a"]);
+    assert.deepEqual(apply(at("10.0.0.1", "node-b")), [], "the same again");
+    assert.deepEqual(apply(at("10.0.0.1", "node-c")), ["ns/a"]);
+    assert.deepEqual(apply(at("10.0.0.1", "node-c", "z2")), ["ns/a"]);
+    assert.deepEqual(apply(at("10.0.0.1", "node-c", "z2", { forNodes: [{ name: "node-c" }] })), ["ns/a"]);
+    assert.deepEqual(apply(at("10.0.0.1", "node-c", "z2", { forNodes: [{ name: "node-c" }] })), []);
+  });
+
+  it("stops sharing at the cap and still gives every endpoint its own node and zone", () => {
+    const cache = new EndpointSliceCache({ nodeName: NODE, ipFamily: "IPv4", warn: () => {} });
+    const perSlice = 1024;
+    const slices = Math.ceil((MAX_SHARED_PLACEMENTS + 10) / perSlice);
+    for (let s = 0; s < slices; s++) {
+      const eps = Array.from(
+        { length: perSlice },
+        (_, i) => at(`10.${s}.${i >> 8}.${i & 255 || 1}`, `n-${s}-${i}`),
+      );
+      cache.updatePending(slice("ns", `s${s}`, `s${s}-1`, eps, [tcp("p", 80)]), false);
+    }
+    assert.equal(cache.sharedPlacements(), MAX_SHARED_PLACEMENTS);
+    const last = endpointsOf(cache.checkoutChanges(), `ns/s${slices - 1}`, `ns/s${slices - 1}:p/TCP`);
+    assert.ok(last.every((e) => e.nodeName.startsWith(`n-${slices - 1}-`) && e.zone === "z1"));
+  });
+});
+
 describe("PackedEndpointInfo", () => {
   it("reads back every combination of the four conditions", () => {
     for (let bits = 0; bits < 16; bits++) {
@@ -808,8 +883,14 @@ describe("PackedEndpointInfo", () => {
         zone: "z",
       });
       assert.ok(endpointInfoEqual(ep, plainEndpointInfo(ep)));
-      // Change detection compares own fields: the packed conditions must be one of them.
+      // Change detection compares own fields: the packed conditions and the placement must be among them.
       assert.ok(!sameValue(ep, newEndpointInfo({ ...fields, ready: !ready }, 8080, isLocal)));
+      for (const other of [{ nodeName: "m" }, { zone: "y" }, { zoneHints: ["y"] }, { nodeHints: ["n"] }]) {
+        assert.ok(
+          !sameValue(ep, newEndpointInfo({ ...fields, ...other }, 8080, isLocal)),
+          JSON.stringify(other),
+        );
+      }
       assert.ok(sameValue(ep, newEndpointInfo({ ...fields }, 8080, isLocal)));
     }
   });
