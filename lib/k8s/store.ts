@@ -5,6 +5,7 @@
  * same server state. No I/O, no clock.
  */
 import { namespacedName, type ObjectMeta } from "./objects.ts";
+import { ByNamespacedName } from "./by_name.ts";
 
 /** Anything with Kubernetes metadata. */
 export interface KubeObject {
@@ -24,9 +25,26 @@ export function objectKey(obj: KubeObject): string {
   return m.namespace ? namespacedName(m.namespace, m.name ?? "") : `${m.name ?? ""}`;
 }
 
-/** Keyed store of the last object seen for each key. */
+/** The namespace ("" when cluster-scoped) and name of `key` (objectKey's form). */
+function keyParts(key: string): [string, string] {
+  const slash = key.indexOf("/");
+  return slash < 0 ? ["", key] : [key.slice(0, slash), key.slice(slash + 1)];
+}
+
+/** The namespace ("" when cluster-scoped, as in objectKey) and name of `obj`. */
+function partsOf(obj: KubeObject): [string, string] {
+  const m = obj.metadata ?? {};
+  return [m.namespace || "", m.name ?? ""];
+}
+
+/** objectKey of a namespace and name. */
+function keyOfParts(namespace: string, name: string): string {
+  return namespace ? namespacedName(namespace, name) : name;
+}
+
+/** Keyed store of the last object seen for each key (held by namespace and name, see by_name.ts). */
 export class ObjectStore<T extends KubeObject> {
-  readonly #items = new Map<string, T>();
+  readonly #items = new ByNamespacedName<T>();
 
   /** Number of objects held. */
   get size(): number {
@@ -35,17 +53,17 @@ export class ObjectStore<T extends KubeObject> {
 
   /** The object under `key`, if any. */
   get(key: string): T | undefined {
-    return this.#items.get(key);
+    return this.#items.get(...keyParts(key));
   }
 
   /** Every key, sorted. */
   keys(): string[] {
-    return [...this.#items.keys()].sort();
+    return [...this.#items.entries()].map(([ns, name]) => keyOfParts(ns, name)).sort();
   }
 
   /** Every object, sorted by key. */
   list(): T[] {
-    return this.keys().map((k) => this.#items.get(k)!);
+    return this.#items.sortedBy(keyOfParts);
   }
 
   /** Drops everything (no changes reported). */
@@ -62,18 +80,19 @@ export class ObjectStore<T extends KubeObject> {
     const incoming = new Map<string, T>();
     for (const it of items) incoming.set(objectKey(it), it);
     const changes: StoreChange<T>[] = [];
-    for (const [key, obj] of incoming) {
-      const old = this.#items.get(key);
+    for (const obj of incoming.values()) {
+      const old = this.#items.get(...partsOf(obj));
       if (!old) changes.push({ type: "add", object: obj });
       else if (!sameVersion(old, obj)) changes.push({ type: "update", old, object: obj });
     }
     for (const key of this.keys()) {
       if (!incoming.has(key)) {
-        changes.push({ type: "delete", object: this.#items.get(key)! });
-        this.#items.delete(key);
+        const parts = keyParts(key);
+        changes.push({ type: "delete", object: this.#items.get(...parts)! });
+        this.#items.delete(...parts);
       }
     }
-    for (const [key, obj] of incoming) this.#items.set(key, obj);
+    for (const obj of incoming.values()) this.#items.set(...partsOf(obj), obj);
     return changes;
   }
 
@@ -83,19 +102,19 @@ export class ObjectStore<T extends KubeObject> {
    * becomes an update and MODIFIED for an unknown key an add, so replays after a reconnect never duplicate.
    */
   apply(type: "ADDED" | "MODIFIED" | "DELETED", obj: T): StoreChange<T> | null {
-    const key = objectKey(obj);
-    const old = this.#items.get(key);
+    const [ns, name] = partsOf(obj);
+    const old = this.#items.get(ns, name);
     if (type === "DELETED") {
       if (!old) return null;
-      this.#items.delete(key);
+      this.#items.delete(ns, name);
       return { type: "delete", object: obj };
     }
-    this.#items.set(key, obj);
-    if (!old) return { type: "add", object: obj };
-    if (sameVersion(old, obj)) {
-      this.#items.set(key, old);
-      return null;
+    if (!old) {
+      this.#items.set(ns, name, obj);
+      return { type: "add", object: obj };
     }
+    if (sameVersion(old, obj)) return null;
+    this.#items.set(ns, name, obj);
     return { type: "update", old, object: obj };
   }
 }

@@ -7,19 +7,20 @@ import {
   type ServiceCIDR,
 } from "../k8s/objects.ts";
 import type { ProxyHandlers } from "../proxy/handlers.ts";
+import { ByNamespacedName } from "../k8s/by_name.ts";
 
 /** Where a set of objects came from. The cache is a provisional origin: the first full list of a live source replaces it. */
 export type Origin = "live" | "cache";
 
 type Kind = "service" | "endpointSlice" | "node" | "serviceCIDR";
 
-interface Entry<T> {
-  obj: T;
-  origin: Origin;
-}
+/** A kind held in a map (the Node is a single entry). */
+type MapKind = Exclude<Kind, "node">;
+type MapObject = Service | EndpointSlice | ServiceCIDR;
 
-function keyOf(meta: ObjectMeta | undefined): string {
-  return namespacedName(meta?.namespace ?? "", meta?.name ?? "");
+/** The namespace and name the store keys an object by ("" for an absent one). */
+function namesOf(meta: ObjectMeta | undefined): [string, string] {
+  return [meta?.namespace ?? "", meta?.name ?? ""];
 }
 
 function sameObject(a: { metadata?: ObjectMeta }, b: { metadata?: ObjectMeta }): boolean {
@@ -46,10 +47,17 @@ export interface StateSnapshot {
  * node was offline never linger as ghosts, and objects that did not change cause no churn.
  */
 export class StateStore implements ProxyHandlers {
-  #services = new Map<string, Entry<Service>>();
-  #slices = new Map<string, Entry<EndpointSlice>>();
-  #node: Entry<Node> | null = null;
-  #serviceCIDRs = new Map<string, Entry<ServiceCIDR>>();
+  // The objects by key; which of them only the cache gave is kept beside (empty once a live source has
+  // listed), not as an origin per entry: at 10k Services that was 20k small objects for one bit each.
+  #services = new ByNamespacedName<Service>();
+  #slices = new ByNamespacedName<EndpointSlice>();
+  #serviceCIDRs = new ByNamespacedName<ServiceCIDR>();
+  #fromCache: Record<MapKind, Set<MapObject>> = {
+    service: new Set(),
+    endpointSlice: new Set(),
+    serviceCIDR: new Set(),
+  };
+  #node: { obj: Node; origin: Origin } | null = null;
   #synced = { service: false, endpointSlice: false, node: false, serviceCIDR: false };
   #liveSynced = { service: false, endpointSlice: false, node: false, serviceCIDR: false };
   #version = 0;
@@ -79,13 +87,11 @@ export class StateStore implements ProxyHandlers {
 
   /** Everything currently held, sorted by key (deterministic cache files). */
   snapshot(): StateSnapshot {
-    const sorted = <T>(m: Map<string, Entry<T>>) =>
-      [...m.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e.obj);
     return {
-      services: sorted(this.#services),
-      endpointSlices: sorted(this.#slices),
+      services: this.#services.sortedBy(namespacedName),
+      endpointSlices: this.#slices.sortedBy(namespacedName),
       node: this.#node?.obj ?? null,
-      serviceCIDRs: sorted(this.#serviceCIDRs),
+      serviceCIDRs: this.#serviceCIDRs.sortedBy(namespacedName),
     };
   }
 
@@ -117,15 +123,13 @@ export class StateStore implements ProxyHandlers {
   }
 
   /** The map holding Services, EndpointSlices or ServiceCIDRs (the Node is a single entry). */
-  #mapOf(kind: Exclude<Kind, "node">): Map<string, Entry<Service | EndpointSlice | ServiceCIDR>> {
-    return (kind === "service"
+  #mapOf(kind: MapKind): ByNamespacedName<MapObject> {
+    const map = kind === "service"
       ? this.#services
       : kind === "endpointSlice"
       ? this.#slices
-      : this.#serviceCIDRs) as Map<
-        string,
-        Entry<Service | EndpointSlice | ServiceCIDR>
-      >;
+      : this.#serviceCIDRs;
+    return map as ByNamespacedName<MapObject>;
   }
 
   #upsert(kind: Kind, obj: Service | EndpointSlice | Node | ServiceCIDR, origin: Origin): void {
@@ -140,27 +144,28 @@ export class StateStore implements ProxyHandlers {
       return;
     }
     const map = this.#mapOf(kind);
-    const key = keyOf(obj.metadata);
-    const prev = map.get(key);
-    if (prev && origin === "cache" && prev.origin === "live") return;
-    map.set(key, { obj, origin });
+    const cached = this.#fromCache[kind];
+    const [ns, name] = namesOf(obj.metadata);
+    const prev = map.get(ns, name);
+    if (prev && origin === "cache" && !cached.has(prev)) return;
+    map.set(ns, name, obj as MapObject);
+    if (prev) cached.delete(prev);
+    if (origin === "cache") cached.add(obj as MapObject);
     if (kind === "serviceCIDR") {
       const c = obj as ServiceCIDR;
       if (!prev) this.#emit(() => this.downstream.onServiceCIDRAdd?.(c));
-      else if (!sameObject(prev.obj, obj)) {
-        this.#emit(() => this.downstream.onServiceCIDRUpdate?.(prev.obj as ServiceCIDR, c));
+      else if (!sameObject(prev, obj)) {
+        this.#emit(() => this.downstream.onServiceCIDRUpdate?.(prev as ServiceCIDR, c));
       }
     } else if (kind === "service") {
       if (!prev) this.#emit(() => this.downstream.onServiceAdd(obj as Service));
-      else if (!sameObject(prev.obj, obj)) {
-        this.#emit(() => this.downstream.onServiceUpdate(prev.obj as Service, obj as Service));
+      else if (!sameObject(prev, obj)) {
+        this.#emit(() => this.downstream.onServiceUpdate(prev as Service, obj as Service));
       }
     } else {
       if (!prev) this.#emit(() => this.downstream.onEndpointSliceAdd(obj as EndpointSlice));
-      else if (!sameObject(prev.obj, obj)) {
-        this.#emit(() =>
-          this.downstream.onEndpointSliceUpdate(prev.obj as EndpointSlice, obj as EndpointSlice)
-        );
+      else if (!sameObject(prev, obj)) {
+        this.#emit(() => this.downstream.onEndpointSliceUpdate(prev as EndpointSlice, obj as EndpointSlice));
       }
     }
   }
@@ -174,14 +179,15 @@ export class StateStore implements ProxyHandlers {
       return;
     }
     const map = this.#mapOf(kind);
-    const key = keyOf(obj.metadata);
-    const prev = map.get(key);
+    const [ns, name] = namesOf(obj.metadata);
+    const prev = map.get(ns, name);
     if (!prev) return;
-    map.delete(key);
-    if (kind === "service") this.#emit(() => this.downstream.onServiceDelete(prev.obj as Service));
+    map.delete(ns, name);
+    this.#fromCache[kind].delete(prev);
+    if (kind === "service") this.#emit(() => this.downstream.onServiceDelete(prev as Service));
     else if (kind === "serviceCIDR") {
-      this.#emit(() => this.downstream.onServiceCIDRDelete?.(prev.obj as ServiceCIDR));
-    } else this.#emit(() => this.downstream.onEndpointSliceDelete(prev.obj as EndpointSlice));
+      this.#emit(() => this.downstream.onServiceCIDRDelete?.(prev as ServiceCIDR));
+    } else this.#emit(() => this.downstream.onEndpointSliceDelete(prev as EndpointSlice));
   }
 
   #markSynced(kind: Kind, origin: Origin): void {
@@ -191,7 +197,7 @@ export class StateStore implements ProxyHandlers {
       if (kind === "node") {
         if (this.#node?.origin === "cache") this.#remove("node", this.#node.obj);
       } else {
-        for (const e of [...this.#mapOf(kind).values()]) if (e.origin === "cache") this.#remove(kind, e.obj);
+        for (const o of [...this.#fromCache[kind]]) this.#remove(kind, o);
       }
     }
     if (this.#synced[kind]) return;
