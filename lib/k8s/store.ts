@@ -25,12 +25,6 @@ export function objectKey(obj: KubeObject): string {
   return m.namespace ? namespacedName(m.namespace, m.name ?? "") : `${m.name ?? ""}`;
 }
 
-/** The namespace ("" when cluster-scoped) and name of `key` (objectKey's form). */
-function keyParts(key: string): [string, string] {
-  const slash = key.indexOf("/");
-  return slash < 0 ? ["", key] : [key.slice(0, slash), key.slice(slash + 1)];
-}
-
 /** The namespace ("" when cluster-scoped, as in objectKey) and name of `obj`. */
 function partsOf(obj: KubeObject): [string, string] {
   const m = obj.metadata ?? {};
@@ -53,7 +47,11 @@ export class ObjectStore<T extends KubeObject> {
 
   /** The object under `key`, if any. */
   get(key: string): T | undefined {
-    return this.#items.get(...keyParts(key));
+    // A namespace holds no "/", so the first one ends it; a key without one, or a cluster-scoped name a
+    // broken server sent with a "/" in it, is a name under "".
+    const slash = key.indexOf("/");
+    return (slash < 0 ? undefined : this.#items.get(key.slice(0, slash), key.slice(slash + 1))) ??
+      this.#items.get("", key);
   }
 
   /** Every key, sorted. */
@@ -85,12 +83,15 @@ export class ObjectStore<T extends KubeObject> {
       if (!old) changes.push({ type: "add", object: obj });
       else if (!sameVersion(old, obj)) changes.push({ type: "update", old, object: obj });
     }
-    for (const key of this.keys()) {
-      if (!incoming.has(key)) {
-        const parts = keyParts(key);
-        changes.push({ type: "delete", object: this.#items.get(...parts)! });
-        this.#items.delete(...parts);
-      }
+    const gone: Array<[string, string, string, T]> = [];
+    for (const [ns, name, obj] of this.#items.entries()) {
+      const key = keyOfParts(ns, name);
+      if (!incoming.has(key)) gone.push([key, ns, name, obj]);
+    }
+    gone.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    for (const [, ns, name, obj] of gone) {
+      changes.push({ type: "delete", object: obj });
+      this.#items.delete(ns, name);
     }
     for (const obj of incoming.values()) this.#items.set(...partsOf(obj), obj);
     return changes;

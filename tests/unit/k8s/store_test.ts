@@ -54,6 +54,17 @@ describe("ObjectStore", () => {
     assert.deepEqual(s.keys(), ["n/b"]);
   });
 
+  it("finds and deletes a cluster-scoped name with a slash in it (a broken server's) by its key", () => {
+    const s = new ObjectStore<KubeObject>();
+    s.replace([o("", "a/b", "1"), o("c", "d", "2")]);
+    assert.deepEqual(s.keys(), ["a/b", "c/d"]);
+    assert.equal(s.get("a/b")?.metadata?.name, "a/b");
+    assert.equal(s.get("c/d")?.metadata?.name, "d");
+    const gone = s.replace([o("c", "d", "2")]);
+    assert.deepEqual(gone.map((c) => [c.type, c.object.metadata?.name]), [["delete", "a/b"]]);
+    assert.deepEqual(s.keys(), ["c/d"]);
+  });
+
   it("compares objects without resourceVersion by content", () => {
     const s = new ObjectStore<KubeObject>();
     const a = { metadata: { name: "a", namespace: "n" }, spec: { x: 1 } } as KubeObject;
