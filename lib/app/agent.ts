@@ -165,12 +165,17 @@ export async function runAgent(
   const restConfig = await apiserverWiring?.resolveApiserverConfig(config, options);
   hooks.setupDone?.();
 
+  // Switching modes: what another mode left on this host must not handle packets beside ours. The removal
+  // runs while the rest starts (servers, sources, the state cache's lists into the change trackers); the
+  // proxiers, the only writers of rules, start once it is done.
+  let leftoversRemoved: Promise<void> = Promise.resolve();
   if (!dryRun) {
     const { privilegedInit } = await import("../host/privileged_init.ts");
     await privilegedInit(config);
     if (options.initOnly) return 0;
-    // Switching modes: what another mode left on this host must not handle packets beside ours.
-    await cleanupOtherModes(config.mode, log);
+    leftoversRemoved = cleanupOtherModes(config.mode, log).catch((e: Error) =>
+      log.warn(`removing other modes' leftovers: ${e.message}`)
+    );
   }
 
   // From here on a SIGTERM/SIGINT stops the agent in order, bounded (lib/app/shutdown.ts).
@@ -277,7 +282,10 @@ export async function runAgent(
   }
 
   const servers = await startServers(config, options, observability);
-  proxiers.start();
+  let stopping = false;
+  const proxiersStarted = leftoversRemoved.then(() => {
+    if (!stopping) proxiers.start();
+  });
   const stopSource = await startSources({
     config,
     options,
@@ -294,6 +302,8 @@ export async function runAgent(
     : () => {};
 
   const code = await done;
+  stopping = true;
+  await proxiersStarted;
   stopConfigWatch();
   await shutdownInOrder({ memoryRelease, stopSource, proxiers, cacheWriter, servers });
   return code;

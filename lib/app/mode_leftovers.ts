@@ -40,9 +40,14 @@ function othersInOrder(own: string): string[] {
   return [...names.filter((n) => n === "ipvs"), ...names.filter((n) => n !== "ipvs")];
 }
 
+/** Modes whose leftovers live in nftables tables of their own: their cleanup touches nothing the others' does. */
+const OWN_TABLE_MODES: ReadonlySet<string> = new Set(["nftables"]);
+
 /**
- * Runs the cleanup of every mode except `mode` ("" is iptables). A failure is logged, never fatal: the
- * mode starting works regardless, and upstream only logs these too. `cleanupFor` is for tests.
+ * Runs the cleanup of every mode except `mode` ("" is iptables). The iptables-based modes' cleanups run one
+ * after another in `othersInOrder`'s order (they edit the same tables); nftables mode's runs beside them
+ * (its own tables only). A failure is logged, never fatal: the mode starting works regardless, and
+ * upstream only logs these too. `cleanupFor` is for tests.
  */
 export async function cleanupOtherModes(
   mode: string,
@@ -50,16 +55,21 @@ export async function cleanupOtherModes(
   cleanupFor: (starting: string, other: string) => LeftoverCleanup = leftoverCleanup,
 ): Promise<void> {
   const own = mode === "" ? "iptables" : mode;
-  for (const name of othersInOrder(own)) {
+  const runOne = async (name: string) => {
     const cleanup = cleanupFor(own, name);
-    if (cleanup === null) continue;
+    if (cleanup === null) return;
     try {
       const code = await cleanup(log);
       if (code !== 0) log.warn(`leftovers of ${name} mode: cleanup exited ${code}`);
     } catch (e) {
       log.warn(`leftovers of ${name} mode: ${(e as Error).message}`);
     }
-  }
+  };
+  const others = othersInOrder(own);
+  const inSequence = async () => {
+    for (const name of others.filter((n) => !OWN_TABLE_MODES.has(n))) await runOne(name);
+  };
+  await Promise.all([inSequence(), ...others.filter((n) => OWN_TABLE_MODES.has(n)).map(runOne)]);
 }
 
 /**

@@ -17,7 +17,7 @@ import { featureEnabled } from "../../config/feature_gates.ts";
 import { localAddresses } from "../node_addresses.ts";
 import { runIp } from "./interface_addresses.ts";
 import type { Steering } from "./backend.ts";
-import { portalJumps, renderPortalCleanup } from "./portals.ts";
+import { PORTAL_CHAINS, portalJumps, renderPortalCleanup } from "./portals.ts";
 import { createIptablesRunner, type IptablesRunner } from "../iptables/runner.ts";
 import { openFilesLimit } from "../../runtime/rlimit.ts";
 import { raiseOpenFilesLimit } from "./open_files_limit.ts";
@@ -44,16 +44,21 @@ async function iptablesSteering(family: IPFamily, ctx: BackendContext): Promise<
   };
 }
 
-/** Removes the jumps and the four portal chains (--cleanup); absent ones are fine. */
+/**
+ * Removes the jumps and the four portal chains (--cleanup, another mode starting); absent ones are fine.
+ * One read first: a host without the chains has no jumps to them either (iptables refuses a jump to a
+ * missing chain), and then nothing else runs.
+ */
 async function removePortals(runner: IptablesRunner): Promise<void> {
+  const declared = (save: string) => Object.values(PORTAL_CHAINS).some((c) => save.includes(`:${c} `));
+  if (!declared(await runner.save("nat"))) return;
   for (const j of portalJumps()) {
     for (let i = 0; i < 10; i++) {
       const r = await runner.exec(["-w", "5", "-t", "nat", "-D", j.chain, ...j.args]);
       if (r.code !== 0) break;
     }
   }
-  const save = await runner.save("nat");
-  if (save.includes(":KUBE-PORTALS-CONTAINER ")) await runner.restore(renderPortalCleanup());
+  await runner.restore(renderPortalCleanup());
 }
 
 /** A fresh userspace mode. */

@@ -247,13 +247,59 @@ describe("mode switching", () => {
     };
     const { log } = logger();
     await cleanupOtherModes("", log, fake);
-    assert.deepEqual(ran, ["ipvs", "nftables", "userspace"]);
+    assert.deepEqual(ran.filter((m) => m !== "nftables"), ["ipvs", "userspace"]);
+    assert.equal(ran.length, 3);
     ran.length = 0;
     await cleanupOtherModes("nftables", log, fake);
     assert.deepEqual(ran, ["ipvs", "iptables", "userspace"]);
     ran.length = 0;
     await cleanupOtherModes("ipvs", log, fake);
-    assert.deepEqual(ran, ["nftables", "userspace"]);
+    assert.deepEqual(ran.sort(), ["nftables", "userspace"]);
+  });
+
+  it("the iptables-based modes' cleanups run one at a time, nftables mode's beside them", async () => {
+    const events: string[] = [];
+    const release: Record<string, () => void> = {};
+    const fake = (_starting: string, other: string) => () => {
+      events.push(`start ${other}`);
+      return new Promise<number>((resolve) => {
+        release[other] = () => {
+          events.push(`end ${other}`);
+          resolve(0);
+        };
+      });
+    };
+    const { log } = logger();
+    const done = cleanupOtherModes("", log, fake);
+    await new Promise((r) => setTimeout(r, 0));
+    // Both lanes started; userspace waits for IPVS mode's cleanup (same tables).
+    assert.deepEqual(events.sort(), ["start ipvs", "start nftables"]);
+    release.nftables();
+    await new Promise((r) => setTimeout(r, 0));
+    assert.equal(events.includes("start userspace"), false);
+    release.ipvs();
+    await new Promise((r) => setTimeout(r, 0));
+    assert.equal(events.at(-1), "start userspace");
+    release.userspace();
+    await done;
+  });
+
+  it("a failing cleanup is logged and the others still run", async () => {
+    const ran: string[] = [];
+    const fake = (_starting: string, other: string) => () => {
+      ran.push(other);
+      return other === "ipvs"
+        ? Promise.reject(new Error("ipset: boom"))
+        : Promise.resolve(other === "userspace" ? 1 : 0);
+    };
+    const { log, lines } = logger();
+    await cleanupOtherModes("", log, fake);
+    assert.deepEqual(ran.sort(), ["ipvs", "nftables", "userspace"]);
+    assert.ok(lines.some((l) => l.includes("leftovers of ipvs mode: ipset: boom")), lines.join("\n"));
+    assert.ok(
+      lines.some((l) => l.includes("leftovers of userspace mode: cleanup exited 1")),
+      lines.join("\n"),
+    );
   });
 });
 
