@@ -7,20 +7,30 @@ import { forwardingHandlers, type ProxyHandlers } from "../proxy/handlers.ts";
 
 /**
  * `downstream`, and `stored` called once, after both `onServicesSynced` and `onEndpointSlicesSynced` have
- * reached `downstream` (so the proxier has been told first).
+ * reached `downstream` (so the proxier has been told first), with the number of Services and EndpointSlices
+ * added until then.
  */
-export function withListsStored(downstream: ProxyHandlers, stored: () => void): ProxyHandlers {
+export function withListsStored(downstream: ProxyHandlers, stored: (objects: number) => void): ProxyHandlers {
   let services = false;
   let slices = false;
   let told = false;
+  let objects = 0;
   const check = () => {
     if (services && slices && !told) {
       told = true;
-      stored();
+      stored(objects);
     }
   };
   return {
     ...forwardingHandlers(downstream),
+    onServiceAdd: (service) => {
+      objects++;
+      downstream.onServiceAdd(service);
+    },
+    onEndpointSliceAdd: (slice) => {
+      objects++;
+      downstream.onEndpointSliceAdd(slice);
+    },
     onServicesSynced: () => {
       downstream.onServicesSynced();
       services = true;
