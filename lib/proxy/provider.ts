@@ -41,12 +41,25 @@ export interface SyncOutcome {
   readonly noLocalEndpoints: { readonly internal: number; readonly external: number };
 }
 
+/**
+ * What a provider's partial sync throws when it finds, part way, that someone else changed the kernel (what
+ * its drift check would report): the loop runs a full sync at once and logs it as drift, not as a failure.
+ * Thrown from a full sync it is a failure like any other (a full sync that finds drift again would loop).
+ */
+export class DriftFoundError extends Error {
+  constructor(reason: string) {
+    super(reason);
+    this.name = "DriftFoundError";
+  }
+}
+
 /** One IP family of one proxy mode. */
 export interface Provider {
   /**
    * Programs the kernel from `state`. `full` asks for a rewrite of everything the provider owns; otherwise
    * it may write only what `state.changedServices` touched. Throws when the kernel was not updated: the
-   * loop then forces a full sync, retried after syncPeriod, so the provider forgets incremental state.
+   * loop then forces a full sync, retried after syncPeriod, so the provider forgets incremental state
+   * ({@link DriftFoundError}: at once).
    */
   sync(state: ProxyState, opts: { readonly full: boolean }): Promise<SyncOutcome>;
   /**

@@ -18,7 +18,7 @@ import {
   EndpointsMap,
   type UpdateEndpointsMapResult,
 } from "./endpoints_change_tracker.ts";
-import type { Provider, SyncOutcome } from "./provider.ts";
+import { DriftFoundError, type Provider, type SyncOutcome } from "./provider.ts";
 import { type LocalDetection, nodePodCIDRs } from "./local_detect.ts";
 import { BoundedFrequencyRunner } from "./runner/bounded_frequency_runner.ts";
 import type { Clock, TimerHandle } from "../runtime/clock.ts";
@@ -351,6 +351,10 @@ export class Proxier implements ProxyHandlers {
         serviceCIDRs: this.#serviceCIDRs,
       }, { full });
     } catch (e) {
+      if (e instanceof DriftFoundError && !full) {
+        this.forceFullSync(e.message);
+        return;
+      }
       o.log.error(
         `${full ? "full" : "partial"} sync of ${this.family} rules failed: ${(e as Error).message}`,
       );

@@ -6,7 +6,7 @@
  * but the read-back. Removed TCP real servers keep weight 0 until their connections drain.
  */
 import type { IPFamily } from "../types.ts";
-import type { Provider, ProxyState, SyncOutcome } from "../provider.ts";
+import { DriftFoundError, type Provider, type ProxyState, type SyncOutcome } from "../provider.ts";
 import type { IptablesRunner } from "../iptables/runner.ts";
 import type { NodePortAddresses } from "../nodeport_addresses.ts";
 import { ensureJumpRules } from "../iptables/jump_rules.ts";
@@ -159,9 +159,10 @@ export class IpvsBackend implements Provider {
     });
     await host.ipvsRestore(plan.lines);
     this.#terminating = [...plan.terminating];
-    // A virtual server deleted behind our back fails the sync, as before: the next one is full and repairs it.
+    // A virtual server deleted behind our back is drift: a partial sync hands over to a full one at once,
+    // which repairs it (a full one fails, and the retry repairs it).
     const gone = await this.#deleteDrained();
-    if (gone !== null) throw new Error(`ipvs ${family}: ${gone}`);
+    if (gone !== null) throw new DriftFoundError(gone);
     await host.changeDummyAddresses([], [...bound].filter((a) => !want.has(a)));
     this.#last = model;
     const c = plan.counts;

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { EndpointSlice, Node, Service } from "../../../lib/k8s/objects.ts";
 import { Proxier } from "../../../lib/proxy/proxier.ts";
-import type { Provider, ProxyState } from "../../../lib/proxy/provider.ts";
+import { DriftFoundError, type Provider, type ProxyState } from "../../../lib/proxy/provider.ts";
 import { detectLocalByCIDR, type LocalDetection, nodePodCIDRs } from "../../../lib/proxy/local_detect.ts";
 import { FakeClock } from "../../../lib/runtime/clock.ts";
 import { Registry } from "../../../lib/metrics/registry.ts";
@@ -21,6 +21,8 @@ interface Recorded {
 interface Fake {
   syncs: Recorded[];
   fail: number;
+  /** Thrown by the next sync instead of syncing. */
+  throwNext: Error | null;
   drift: string | null;
   provider: Provider;
 }
@@ -30,9 +32,15 @@ function fakeProvider(): Fake {
   const f: Fake = {
     syncs: [],
     fail: 0,
+    throwNext: null,
     drift: null,
     provider: {
       sync(state: ProxyState, { full }: { full: boolean }) {
+        if (f.throwNext !== null) {
+          const e = f.throwNext;
+          f.throwNext = null;
+          return Promise.reject(e);
+        }
         if (f.fail > 0) {
           f.fail--;
           return Promise.reject(new Error("kernel said no"));
@@ -125,6 +133,63 @@ test("a failed provider sync makes the next one full; drift reported by the prov
   f.drift = null;
   await p.syncProxyRules();
   assert.deepEqual(f.syncs.map((s) => s.full), [true, true, false, true]);
+});
+
+test("drift a partial sync finds hands over to a full sync at once, logged as drift; from a full sync it is a failure", async () => {
+  const f = fakeProvider();
+  const logged: string[] = [];
+  const log = {
+    info: (m: string) => logged.push(`I ${m}`),
+    warn: (m: string) => logged.push(`W ${m}`),
+    error: (m: string) => logged.push(`E ${m}`),
+    debug() {},
+  };
+  const clock = new FakeClock();
+  const p = new Proxier({
+    family: "IPv4",
+    nodeName: "n1",
+    provider: f.provider,
+    clock,
+    log,
+    metrics: createKubeProxyMetrics(new Registry()),
+    health: { queuedUpdate() {}, updated() {} },
+    minSyncPeriodMs: 0,
+    syncPeriodMs: 30000,
+    localDetection: () => ({ kind: "none" }),
+  });
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  p.start();
+  const settle = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 0));
+  };
+  await settle();
+  assert.deepEqual(f.syncs.map((s) => s.full), [true]);
+
+  f.throwNext = new DriftFoundError("IPVS virtual server -t 10.96.0.1:80 (draining real servers) is missing");
+  p.onServiceAdd(svc("a", "172.30.0.1"));
+  await settle();
+  // The full sync ran without waiting for the retry (the clock has not moved).
+  assert.deepEqual(f.syncs.map((s) => s.full), [true, true]);
+  assert.deepEqual(logged, [
+    "I full resync of IPv4 rules: IPVS virtual server -t 10.96.0.1:80 (draining real servers) is missing",
+  ]);
+
+  logged.length = 0;
+  p.forceFullSync("test");
+  f.throwNext = new DriftFoundError("gone again");
+  await settle();
+  assert.deepEqual(f.syncs.map((s) => s.full), [true, true], "no sync succeeded");
+  assert.deepEqual(logged, [
+    "I full resync of IPv4 rules: test",
+    "E full sync of IPv4 rules failed: gone again",
+  ]);
+  await settle();
+  assert.equal(f.syncs.length, 2, "retried after syncPeriod, not at once");
+  clock.advance(30000);
+  await settle();
+  assert.deepEqual(f.syncs.map((s) => s.full), [true, true, true]);
+  await p.stop();
 });
 
 test("node labels and the local detection (from podCIDRs) reach the provider; a podCIDR change forces a full sync", async () => {
