@@ -132,7 +132,7 @@ function logReleased(ms: number): void {
 /**
  * Services + EndpointSlices from which the start-up code is paged out as soon as the lists are stored. A
  * large cluster's first sync has its memory peak ahead (~10 MiB lower without the start-up code mapped, at
- * 10k Services); a small one's has no peak to speak of, and its code mapping back in cost ~100 ms of a
+ * 10k Services); a small one's has no peak to speak of, and its code mapping back in cost ~30–100 ms of a
  * 1000-Service start from the state cache (bench/README.md). Both page out after the first sync.
  */
 const PAGE_OUT_AT_LISTS_MIN_OBJECTS = 4000;
