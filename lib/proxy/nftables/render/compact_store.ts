@@ -20,6 +20,9 @@ export interface KeyedStore<V> extends Iterable<[string, V]> {
   keys(): IterableIterator<string>;
 }
 
+/** The second argument of {@link CompactStore}'s constructor form whose values are filled in afterwards. */
+export const UNFILLED: unique symbol = Symbol("unfilled");
+
 /** FNV-1a over a string's UTF-16 code units. */
 function hashOf(s: string): number {
   let h = 0x811c9dc5;
@@ -41,11 +44,25 @@ export class CompactStore<V> implements KeyedStore<V> {
   #size: number;
 
   /** A store of `entries` (later duplicates of a key win, as in a Map). */
-  constructor(entries: Iterable<readonly [string, V]>) {
-    const map = entries instanceof Map ? entries as Map<string, V> : new Map(entries);
-    const keys = [...map.keys()];
+  constructor(entries: Iterable<readonly [string, V]>);
+  /**
+   * A store of `keys` (each once) whose values {@link fill} sets before any other use: its keys can be
+   * looked up ({@link keyOf}) while the values are made, and no Map of the entries is built on the way.
+   */
+  constructor(keys: string[], unfilled: typeof UNFILLED);
+  constructor(entries: Iterable<readonly [string, V]> | string[], unfilled?: typeof UNFILLED) {
+    let keys: string[];
+    if (unfilled === UNFILLED) {
+      keys = entries as string[];
+      this.#values = new Array(keys.length).fill(undefined);
+    } else {
+      const map = entries instanceof Map
+        ? entries as Map<string, V>
+        : new Map(entries as Iterable<[string, V]>);
+      keys = [...map.keys()];
+      this.#values = keys.map((k) => map.get(k));
+    }
     this.#keys = keys;
-    this.#values = keys.map((k) => map.get(k));
     this.#size = keys.length;
     // At most half full: probes stay short.
     let capacity = 8;
@@ -57,6 +74,17 @@ export class CompactStore<V> implements KeyedStore<V> {
       while (this.#index[at] !== 0) at = (at + 1) & this.#mask;
       this.#index[at] = i + 1;
     }
+  }
+
+  /** Sets the value of the key at `slot` of the keys given to the constructor (see its second form). */
+  fill(slot: number, value: V): void {
+    this.#values[slot] = value;
+  }
+
+  /** This store's own string equal to `key` (a key it was built with), or undefined. */
+  keyOf(key: string): string | undefined {
+    const i = this.#slot(key);
+    return i >= 0 ? this.#keys[i] : undefined;
   }
 
   /** The number of keys with a value. */

@@ -283,7 +283,7 @@ export class NftIncrementalRenderer {
       this.#appliedCounts.set(container, (this.#appliedCounts.get(container) ?? 0) + 1);
     }
     for (const c of result.staleChains) this.#stale.add(c);
-    for (const c of result.activeChains) this.#stale.delete(c);
+    if (this.#stale.size > 0) { for (const c of result.activeChains) this.#stale.delete(c); }
     // Only the chunks: the render result's state is garbage once this returns.
     const chunks = result.transactionChunks;
     const keys = result.deferredServicePorts;

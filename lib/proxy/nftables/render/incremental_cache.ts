@@ -8,7 +8,7 @@
  */
 import { freshString } from "../../../runtime/fresh_string.ts";
 import type { CodedNames } from "./coded_names.ts";
-import { CompactStore, type KeyedStore } from "./compact_store.ts";
+import { CompactStore, type KeyedStore, UNFILLED } from "./compact_store.ts";
 
 /** A service port's cached share of the table (no rendered text: a changed port is rendered again). */
 export interface Fragment {
@@ -74,48 +74,46 @@ export interface IncrementalCache {
 /**
  * A copy of `cache` in new objects and strings, in the same order, each store a {@link CompactStore}. A
  * string the cache holds in several places (an element id in its owners' and its service ports' entries,
- * a service port's key, a comment) is copied once and shared as before; {@link PLAIN} stays PLAIN.
+ * a service port's key, a comment) is copied once and shared as before; {@link PLAIN} stays PLAIN. The
+ * copies of the keys are made first and the values are filled in after, sharing them through the new
+ * stores' own keys, so that no Map of every entry or string is built beside the two caches (at 10k
+ * Services those were ~10 MiB at the first sync's peak).
  */
 export function compactCache(cache: IncrementalCache): IncrementalCache {
-  // Only the strings held more than once go through the map (a map of every string costs twice the time).
-  const shared = new Map<string, string>();
-  const once = (s: string): string => {
-    let c = shared.get(s);
-    if (c === undefined) {
-      c = freshString(s);
-      shared.set(s, c);
-    }
-    return c;
+  const owners = new CompactStore<Owners>(Array.from(cache.owners.keys(), freshString), UNFILLED);
+  const fragments = new CompactStore<Fragment>(Array.from(cache.fragments.keys(), freshString), UNFILLED);
+  // Comments are few and repeat (one per Service on its ports' elements): the only strings shared by map.
+  const comments = new Map<string, string>();
+  const comment = (c: string | undefined): string | undefined => {
+    if (c === undefined) return undefined;
+    let copy = comments.get(c);
+    if (copy === undefined) comments.set(c, copy = freshString(c));
+    return copy;
   };
+  const servicePort = (key: string): string => fragments.keyOf(key) ?? freshString(key);
   const body = (b: ElementBody): ElementBody =>
-    b === PLAIN
-      ? PLAIN
-      : { value: freshString(b.value), comment: b.comment === undefined ? undefined : once(b.comment) };
+    b === PLAIN ? PLAIN : { value: freshString(b.value), comment: comment(b.comment) };
   const names = (n: CodedNames): CodedNames => typeof n === "string" ? freshString(n) : n.map(freshString);
-  const owners = new Map<string, Owners>();
-  for (const [id, o] of cache.owners) {
+  let slot = 0;
+  for (const [, o] of cache.owners) {
+    let copy: Owners;
     if (o instanceof Map) {
       const m = new Map<string, ElementBody>();
-      for (const [owner, b] of o) m.set(once(owner), body(b));
-      owners.set(once(id), m);
-    } else if (typeof o === "string") owners.set(once(id), once(o));
-    else {
-      owners.set(once(id), {
-        owner: once(o.owner),
-        value: freshString(o.value),
-        comment: o.comment === undefined ? undefined : once(o.comment),
-      });
-    }
+      for (const [owner, b] of o) m.set(servicePort(owner), body(b));
+      copy = m;
+    } else if (typeof o === "string") copy = servicePort(o);
+    else copy = { owner: servicePort(o.owner), value: freshString(o.value), comment: comment(o.comment) };
+    owners.fill(slot++, copy);
   }
-  const fragments = new Map<string, Fragment>();
-  for (const [key, f] of cache.fragments) {
-    fragments.set(once(key), {
-      elementIds: f.elementIds.map(once),
+  slot = 0;
+  for (const [, f] of cache.fragments) {
+    fragments.fill(slot++, {
+      elementIds: f.elementIds.map((id) => owners.keyOf(id) ?? freshString(id)),
       chains: names(f.chains),
       affinitySets: names(f.affinitySets),
       noLocalInternal: f.noLocalInternal,
       noLocalExternal: f.noLocalExternal,
     });
   }
-  return { fragments: new CompactStore(fragments), owners: new CompactStore(owners) };
+  return { fragments, owners };
 }

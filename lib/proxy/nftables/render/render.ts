@@ -269,13 +269,17 @@ export function renderNFTablesSync(
 
   const transactionChunks = tx.chunks();
   let transaction: string | undefined;
+  // Sorted when read: a full render at 10k Services has ~80k of them, and the first sync reads none.
+  let activeSorted: string[] | undefined;
   return {
     get transaction(): string {
       return transaction ??= joinTransactionChunks(transactionChunks);
     },
     transactionChunks,
     operations: tx.operations,
-    activeChains: [...activeChains].sort(),
+    get activeChains(): string[] {
+      return activeSorted ??= [...activeChains].sort();
+    },
     staleChains,
     noLocalEndpointsInternal: noLocalInternal,
     noLocalEndpointsExternal: noLocalExternal,

@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { CompactStore } from "../../../../../lib/proxy/nftables/render/compact_store.ts";
+import { CompactStore, UNFILLED } from "../../../../../lib/proxy/nftables/render/compact_store.ts";
 import { mulberry32 } from "../../../../support/random.ts";
 
 /** Same entries, size and lookups for every key of `universe`. */
@@ -78,4 +78,24 @@ test("a large CompactStore: every key found, absent ones not, after deletes and 
   for (let i = 0; i < keys.length; i += 3) store.set(keys[i], -i);
   assert.equal(store.size, keys.length);
   for (let i = 0; i < keys.length; i++) assert.equal(store.get(keys[i]), i % 3 === 0 ? -i : i);
+});
+
+test("a CompactStore built from its keys alone: values filled by slot, keys found before they are, then a Map's answers", () => {
+  const keys = Array.from(
+    { length: 3000 },
+    (_, i) => `service-ips\u000010.0.${i >> 8}.${i & 255} . tcp . 80`,
+  );
+  const store = new CompactStore<number>(keys, UNFILLED);
+  // Before filling: its own key strings are found (equal strings answer), others are not.
+  for (const k of keys) assert.equal(store.keyOf(`${k}`), k);
+  assert.equal(store.keyOf("service-ips\u000010.9.9.9 . tcp . 80"), undefined);
+  keys.forEach((_, i) => store.fill(i, i * 2));
+  const map = new Map(keys.map((k, i) => [k, i * 2]));
+  assertSame(store, map, [...keys, "absent"]);
+  assert.deepEqual([...store.keys()], keys, "in the order given");
+  // Later keys are not its own: keyOf answers only for the keys it was built with.
+  store.set("later", 1);
+  map.set("later", 1);
+  assert.equal(store.keyOf("later"), undefined);
+  assertSame(store, map, [...keys, "later"]);
 });
