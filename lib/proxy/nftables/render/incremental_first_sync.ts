@@ -44,7 +44,8 @@ export interface FirstSyncSplitOptions {
 }
 
 /**
- * Default adaptive bound: about 1000 service ports into an empty table, 180 at 5k, under 100 at 13k.
+ * Default adaptive bound: 400 service ports into an empty table (FIRST_SYNC_MAX_CHUNK; the budget alone
+ * would allow ~1000), ~190 at 5k, under 100 at 13k.
  * A chunk's cost grows with its service ports times the table's size: the kernel walks the table's list
  * of sets by name for every new anonymous set (three walks each with our netlink writer). The total over
  * a first sync does not depend on the chunking; the bound keeps each commit short. Kernel 6.18, loaded
@@ -53,10 +54,21 @@ export interface FirstSyncSplitOptions {
  */
 export const FIRST_SYNC_CHUNK_BUDGET = 1_000_000;
 
-/** Service ports of the next chunk when `written` are in the table: c × (written + c) ≤ budget. */
-function adaptiveChunk(written: number, budget: number): number {
+/**
+ * At most this many service ports per adaptive chunk. Into an empty table the budget alone allows ~1000,
+ * and rendering and encoding a chunk that size right after the full render set the first sync's peak: at
+ * 10k Services (nftables_first_sync_peak.ts, rss_probe.ts) ~4 MiB lower in-process and ~5–7 in the agent
+ * with 400, for 3 more transactions of 91 and no measurable time.
+ */
+export const FIRST_SYNC_MAX_CHUNK = 400;
+
+/**
+ * Service ports of the next adaptive chunk when `written` are in the table: c × (written + c) ≤ budget,
+ * at most {@link FIRST_SYNC_MAX_CHUNK}, at least 25.
+ */
+export function adaptiveChunk(written: number, budget: number): number {
   const c = Math.floor((-written + Math.sqrt(written * written + 4 * budget)) / 2);
-  return Math.max(25, c);
+  return Math.max(25, Math.min(FIRST_SYNC_MAX_CHUNK, c));
 }
 
 /** The words a line starts with, as constants: a first sync's ~400k lines then allocate only their names. */

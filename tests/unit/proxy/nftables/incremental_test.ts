@@ -21,7 +21,10 @@ import {
   RENDER_COLLECT_EVERY,
 } from "../../../../lib/proxy/nftables/render/incremental.ts";
 import {
+  adaptiveChunk,
   deferredFirstSyncTransactions,
+  FIRST_SYNC_CHUNK_BUDGET,
+  FIRST_SYNC_MAX_CHUNK,
   type FirstSyncSplitOptions,
   mergeElements,
   splitNFTablesFullSync,
@@ -436,6 +439,22 @@ test("bounded first sync, adaptive bound: chunks shrink as the table grows, and 
   assert.equal(sortNFTablesTransaction(split.dump()), sortNFTablesTransaction(single.dump()));
 });
 
+test("adaptive chunks: c × (written + c) within the budget, at most FIRST_SYNC_MAX_CHUNK, at least 25", () => {
+  assert.equal(FIRST_SYNC_MAX_CHUNK, 400);
+  // Into an empty table the default budget alone would allow 1000.
+  assert.equal(adaptiveChunk(0, FIRST_SYNC_CHUNK_BUDGET), FIRST_SYNC_MAX_CHUNK);
+  assert.equal(adaptiveChunk(1000, FIRST_SYNC_CHUNK_BUDGET), FIRST_SYNC_MAX_CHUNK);
+  for (const written of [2500, 5000, 13000]) {
+    const c = adaptiveChunk(written, FIRST_SYNC_CHUNK_BUDGET);
+    assert.ok(
+      c * (written + c) <= FIRST_SYNC_CHUNK_BUDGET && (c + 1) * (written + c + 1) > FIRST_SYNC_CHUNK_BUDGET,
+    );
+  }
+  assert.equal(adaptiveChunk(5000, FIRST_SYNC_CHUNK_BUDGET), 192);
+  assert.equal(adaptiveChunk(1_000_000, FIRST_SYNC_CHUNK_BUDGET), 25);
+  assert.equal(adaptiveChunk(0, 400), 25, "never under 25");
+});
+
 for (const seed of [41, 42, 43, 44]) {
   test(`bounded first sync rendered on demand (seed ${seed}): the same transactions as the split of the whole text, the same cache after`, () => {
     const rnd = mulberry32(seed);
@@ -488,7 +507,7 @@ for (const seed of [41, 42, 43, 44]) {
         assert.deepEqual(parts, expected, `${JSON.stringify(opts)}, existing ${existing}`);
         assert.equal(splitSeen, expected.length > 1 ? 1 : 0);
         // A table that fits in the first chunk is rendered once, as the whole transaction.
-        // (Up to 50 service ports here; the default first chunk is ~1000.)
+        // (Up to 50 service ports here; the default first chunk is FIRST_SYNC_MAX_CHUNK.)
         const fits = opts.servicePortsPerTransaction === 10_000 || Object.keys(opts).length === 0;
         if (fits) assert.equal(serviceLinesRead, 0, JSON.stringify(opts));
         if (expected.length > 1) assert.ok(serviceLinesRead > 0);
