@@ -7,27 +7,25 @@
  *
  * A full sync is the unchanged upstream-equal renderer (renderNFTablesSync); the cache is built from
  * what its single pass tells an observer (each service port rendered once). For a bounded first sync the
- * pass leaves the service ports' chains out, and they are rendered again as the sequence is made. The cache keeps no rendered
- * text: per service port only its element ids and its chain and set names (coded, coded_names.ts); per
- * element its wanting ports and the value and comment each writes. What the kernel holds is not stored:
- * it is each element's first wanting port's body, as a full sync writes it. After a full sync the cache
- * is replaced by a copy allocated away from the render's garbage, its two large Maps as compact stores
- * (incremental_cache.ts compactCache, compact_store.ts). The table after any sequence of incremental
- * syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync of the same
- * state writes (tests/unit/proxy/nftables/incremental_test.ts).
+ * pass leaves the service ports' chains out, and they are rendered again as the sequence is made. The
+ * cache keeps nothing rendered (incremental_cache.ts): per service port the service port and endpoints it
+ * was rendered from, per element the keys of its wanting ports. A sync derives what it needs again from
+ * those: a changed port's previous share (its elements, chains and affinity sets) and the body the kernel
+ * holds for an element it touches, which is the element's first wanting port's, as a full sync writes it.
+ * After a full sync the cache is replaced by a copy allocated away from the render's garbage, its two
+ * large Maps as compact stores (compactCache, compact_store.ts). The table after any sequence of
+ * incremental syncs, once the stale chains they flushed are deleted, equals the table a fresh full sync
+ * of the same state writes (tests/unit/proxy/nftables/incremental_test.ts).
  */
 import type { EndpointInfo, ServicePortInfo } from "../../types.ts";
 import { servicePortNameString } from "../../types.ts";
-import { categorizeEndpoints } from "../../topology.ts";
-import { compareEndpoints } from "../../endpoints.ts";
-import { checkEndpoint, checkServicePort } from "../../iptables/render/validate.ts";
 import { joinTransactionChunks, NftTransaction } from "./transaction.ts";
-import { localTrafficMatches } from "./local_traffic.ts";
-import { type ServicePortContext, writeServicePort } from "./service_port.ts";
+import { writeServicePort } from "./service_port.ts";
 import { ElementWriter } from "./elements.ts";
 import { CLUSTER_IPS_CHECK_CHAIN, KUBE_PROXY_TABLE } from "./names.ts";
 import { writeClusterIPsCheckRules } from "./setup.ts";
 import {
+  categorizedEndpoints,
   cidrsOfFamily,
   nftFamily,
   type NftRenderInput,
@@ -35,24 +33,27 @@ import {
   renderNFTablesSync,
   renderStaleChainDeletion,
   servicePortChainRenderer,
+  servicePortContext,
 } from "./render.ts";
 import type { DeferredFullSync } from "./incremental_first_sync.ts";
 import type { ServicePortOutcome } from "./service_port.ts";
 import {
-  bodyOf,
   compactCache,
-  type ElementBody,
+  firstOwner,
   type Fragment,
   type IncrementalCache,
-  ownerOf,
+  isOwner,
   type Owners,
-  PLAIN,
-  singleOwner,
+  withoutOwner,
+  withOwner,
 } from "./incremental_cache.ts";
-import { codeNames, decodeNamesNotIn, nameBaseOfKey } from "./coded_names.ts";
 import type { KeyedStore } from "./compact_store.ts";
 
-/** Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. */
+/**
+ * Renderer input with the service ports keyed by servicePortKey, so single ports can be looked up. The
+ * renderer keeps the service ports and endpoint lists it was given (the proxy state replaces them on a
+ * change and never changes one in place).
+ */
 export interface NftIncrementalInput extends Omit<NftRenderInput, "services"> {
   readonly services: ReadonlyMap<string, ServicePortInfo>;
 }
@@ -65,10 +66,28 @@ interface WantedElement {
   readonly comment: string | undefined;
 }
 
+/** Element value ("" for a set element) and comment as written. */
+interface ElementBody {
+  readonly value: string;
+  readonly comment: string | undefined;
+}
+
+/** A service port's share of the table, as rendered from its inputs. */
+interface Share {
+  /** Its elements by id, each with the body it writes (within one port the first ensure wins). */
+  readonly elements: ReadonlyMap<string, ElementBody>;
+  readonly chains: readonly string[];
+  readonly affinitySets: readonly string[];
+  readonly noLocalInternal: boolean;
+  readonly noLocalExternal: boolean;
+}
+
 /** Work done by the syncs so far (counted, for tests: it must not grow with unchanged services). */
 export interface NftIncrementalWork {
   /** Service ports rendered (full syncs render every one). */
   servicePortsRendered: number;
+  /** Shares rendered again from a service port's cached inputs (its previous share, an element's body). */
+  sharesDerived: number;
   /** Element keys compared against the applied state. */
   elementsCompared: number;
 }
@@ -128,13 +147,21 @@ const elementId = (container: string, key: string) => `${container}\u0000${key}`
 /** The container of an element id. */
 const containerOf = (id: string) => id.slice(0, id.indexOf("\u0000"));
 
-/** The body of the first wanting service port in key order (null: none wants the element). */
-function winnerOf(owners: Owners | undefined): ElementBody | null {
-  if (owners === undefined) return null;
-  if (!(owners instanceof Map)) return bodyOf(owners);
-  let best: string | null = null;
-  for (const k of owners.keys()) if (best === null || k < best) best = k;
-  return best === null ? null : owners.get(best)!;
+/** A share from what writeServicePort ensured and returned. */
+function shareOf(wanted: readonly WantedElement[], out: ServicePortOutcome): Share {
+  const elements = new Map<string, ElementBody>();
+  for (const e of wanted) {
+    const id = elementId(e.container, e.key.join(" . "));
+    if (elements.has(id)) continue;
+    elements.set(id, { value: e.value === undefined ? "" : e.value.join(" . "), comment: e.comment });
+  }
+  return {
+    elements,
+    chains: out.chains,
+    affinitySets: out.affinitySets,
+    noLocalInternal: out.noLocalInternal,
+    noLocalExternal: out.noLocalExternal,
+  };
 }
 
 /**
@@ -192,7 +219,7 @@ export class NftIncrementalRenderer {
   #noLocalInternal = 0;
   #noLocalExternal = 0;
   /** Work counters (see NftIncrementalWork). */
-  readonly work: NftIncrementalWork = { servicePortsRendered: 0, elementsCompared: 0 };
+  readonly work: NftIncrementalWork = { servicePortsRendered: 0, sharesDerived: 0, elementsCompared: 0 };
 
   /** Renders a sync; falls back to a full sync when there is no state or a node-level setting changed. */
   sync(
@@ -201,8 +228,14 @@ export class NftIncrementalRenderer {
     options: NftIncrementalOptions = {},
   ): NftIncrementalResult {
     const settings = settingsOf(input);
-    if (changed === null || this.#settings !== settings) return this.#full(input, settings, options);
-    return this.#incremental(input, changed);
+    try {
+      if (changed === null || this.#settings !== settings) return this.#full(input, settings, options);
+      return this.#incremental(input, changed);
+    } catch (e) {
+      // The state may be half-updated: the next sync starts over with a full one.
+      this.reset();
+      throw e;
+    }
   }
 
   /**
@@ -262,10 +295,13 @@ export class NftIncrementalRenderer {
       null,
       {
         element: (container, key, value, comment) => wanted.push({ container, key, value, comment }),
-        servicePort: (key, out) => {
+        servicePort: (key, out, svc, endpoints) => {
           this.work.servicePortsRendered++;
           if (++rendered % RENDER_COLLECT_EVERY === 0) options.collect?.();
-          this.#adopt(key, nameBaseOfKey(key), wanted, out);
+          for (const e of wanted) this.#own(key, elementId(e.container, e.key.join(" . ")));
+          this.#fragments.set(key, { servicePort: svc, endpoints });
+          if (out.noLocalInternal) this.#noLocalInternal++;
+          if (out.noLocalExternal) this.#noLocalExternal++;
           wanted = [];
         },
       },
@@ -327,6 +363,20 @@ export class NftIncrementalRenderer {
     const touched = new Map<string, ElementBody | null>();
     const dropped = { chains: new Set<string>(), sets: new Set<string>() };
     const kept = { chains: new Set<string>(), sets: new Set<string>() };
+    // Each service port's share as the owners entries stand: a changed port's previous share until it is
+    // dropped, its new one once adopted; another port's derived from its inputs when first needed.
+    const shares = new Map<string, Share>();
+    const bodyOf = (owners: Owners | undefined, id: string): ElementBody | null => {
+      if (owners === undefined) return null;
+      const owner = firstOwner(owners);
+      let share = shares.get(owner);
+      if (share === undefined) shares.set(owner, share = this.#derive(input, owner));
+      const body = share.elements.get(id);
+      if (body === undefined) {
+        throw new Error(`nftables cache: service port ${owner} does not want element ${id}`);
+      }
+      return body;
+    };
     // Only the service CIDRs changed among the settings: rewrite the one chain that uses them.
     const cidrs = cidrsOfFamily(input.serviceCIDRs, input.family, warnings);
     const serviceCIDRsRewritten = cidrs.join(",") !== this.#serviceCIDRs;
@@ -338,24 +388,27 @@ export class NftIncrementalRenderer {
       this.#serviceCIDRs = cidrs.join(",");
     }
     for (const key of [...new Set(changed)].sort()) {
-      const old = this.#fragments.get(key);
+      let old = shares.get(key);
+      if (old === undefined && this.#fragments.has(key)) shares.set(key, old = this.#derive(input, key));
       this.#skipped.delete(key);
       const next = input.services.has(key) ? this.#render(input, key, warnings) : null;
-      const base = nameBaseOfKey(key);
-      if (old !== undefined) this.#drop(key, old, touched);
-      if (next !== null) {
-        this.#adopt(key, base, next.elements, next.out, touched);
-        lines.push(...next.lines);
-        for (const c of next.out.chains) kept.chains.add(c);
-        for (const s of next.out.affinitySets) kept.sets.add(s);
-      }
       if (old !== undefined) {
-        // Only the names the service port no longer uses are decoded (its own still are in `kept`).
-        const now = next === null ? null : this.#fragments.get(key)!;
-        for (const c of decodeNamesNotIn(old.chains, now?.chains ?? null, base)) dropped.chains.add(c);
-        for (const s of decodeNamesNotIn(old.affinitySets, now?.affinitySets ?? null, base)) {
-          dropped.sets.add(s);
-        }
+        this.#drop(key, old, touched, bodyOf);
+        for (const c of old.chains) dropped.chains.add(c);
+        for (const s of old.affinitySets) dropped.sets.add(s);
+      }
+      if (next !== null) {
+        for (const id of next.share.elements.keys()) this.#own(key, id, touched, bodyOf);
+        shares.set(key, next.share);
+        this.#fragments.set(key, {
+          servicePort: input.services.get(key)!,
+          endpoints: input.endpoints.get(key),
+        });
+        if (next.share.noLocalInternal) this.#noLocalInternal++;
+        if (next.share.noLocalExternal) this.#noLocalExternal++;
+        lines.push(...next.lines);
+        for (const c of next.share.chains) kept.chains.add(c);
+        for (const s of next.share.affinitySets) kept.sets.add(s);
       }
     }
     // Element differences, after the chains they may point to exist.
@@ -363,7 +416,7 @@ export class NftIncrementalRenderer {
     const adds: string[] = [];
     for (const id of [...touched.keys()].sort()) {
       this.work.elementsCompared++;
-      const want = this.#applied(id);
+      const want = bodyOf(this.#owners.get(id), id);
       const have = touched.get(id)!;
       if (have !== null && want !== null && have.value === want.value && have.comment === want.comment) {
         continue;
@@ -412,71 +465,52 @@ export class NftIncrementalRenderer {
   }
 
   /**
-   * The body element `id` has in the kernel after a sync (null: not there): a full sync writes that of
-   * the first wanting service port in key order, and each sync since rewrote the elements it touched.
+   * Adds service port `key` to element `id`'s wanting ports (nothing when it is one already). On a partial
+   * sync the element is noted as `touched` first, with the body the kernel holds for it (`bodyOf`).
    */
-  #applied(id: string): ElementBody | null {
-    return winnerOf(this.#owners.get(id));
-  }
-
-  /**
-   * Notes `id` as touched by this sync, with its body in the kernel before the sync's first change
-   * (`owners`: its entry now).
-   */
-  #touch(id: string, owners: Owners | undefined, touched: Map<string, ElementBody | null>): void {
-    if (!touched.has(id)) touched.set(id, winnerOf(owners));
-  }
-
-  /** Records service port `key`'s share (`base`: nameBaseOfKey(key)); `touched` on a partial sync. */
-  #adopt(
+  #own(
     key: string,
-    base: string,
-    wanted: readonly WantedElement[],
-    out: ServicePortOutcome,
+    id: string,
     touched?: Map<string, ElementBody | null>,
+    bodyOf?: (owners: Owners | undefined, id: string) => ElementBody | null,
   ): void {
-    const ids: string[] = [];
-    for (const e of wanted) {
-      const id = elementId(e.container, e.key.join(" . "));
-      const body: ElementBody = e.value === undefined && e.comment === undefined
-        ? PLAIN
-        : { value: e.value === undefined ? "" : e.value.join(" . "), comment: e.comment };
-      const owners = this.#owners.get(id);
-      // Within one service port the first ensure wins, as in ElementWriter.
-      if (owners instanceof Map ? owners.has(key) : owners !== undefined && ownerOf(owners) === key) continue;
-      if (touched !== undefined) this.#touch(id, owners, touched);
-      if (owners === undefined) this.#owners.set(id, singleOwner(key, body));
-      else if (owners instanceof Map) owners.set(key, body);
-      else this.#owners.set(id, new Map([[ownerOf(owners), bodyOf(owners)], [key, body]]));
-      ids.push(id);
-    }
-    this.#fragments.set(key, {
-      elementIds: ids,
-      chains: codeNames(out.chains, base),
-      affinitySets: codeNames(out.affinitySets, base),
-      noLocalInternal: out.noLocalInternal,
-      noLocalExternal: out.noLocalExternal,
-    });
-    if (out.noLocalInternal) this.#noLocalInternal++;
-    if (out.noLocalExternal) this.#noLocalExternal++;
+    const owners = this.#owners.get(id);
+    if (isOwner(owners, key)) return;
+    if (touched !== undefined && !touched.has(id)) touched.set(id, bodyOf!(owners, id));
+    this.#owners.set(id, withOwner(owners, key));
   }
 
-  #drop(key: string, f: Fragment, touched: Map<string, ElementBody | null>): void {
+  /** Removes service port `key`, whose share was `old`, noting the elements it wanted as `touched`. */
+  #drop(
+    key: string,
+    old: Share,
+    touched: Map<string, ElementBody | null>,
+    bodyOf: (owners: Owners | undefined, id: string) => ElementBody | null,
+  ): void {
     this.#fragments.delete(key);
     this.#skipped.delete(key);
-    if (f.noLocalInternal) this.#noLocalInternal--;
-    if (f.noLocalExternal) this.#noLocalExternal--;
-    for (const id of f.elementIds) {
+    if (old.noLocalInternal) this.#noLocalInternal--;
+    if (old.noLocalExternal) this.#noLocalExternal--;
+    for (const id of old.elements.keys()) {
       const owners = this.#owners.get(id);
-      this.#touch(id, owners, touched);
-      if (owners instanceof Map) {
-        owners.delete(key);
-        if (owners.size === 1) {
-          const [[owner, body]] = owners;
-          this.#owners.set(id, singleOwner(owner, body));
-        }
-      } else if (owners !== undefined && ownerOf(owners) === key) this.#owners.delete(id);
+      if (!touched.has(id)) touched.set(id, bodyOf(owners, id));
+      if (owners === undefined) continue;
+      const rest = withoutOwner(owners, key);
+      if (rest === undefined) this.#owners.delete(id);
+      else if (rest !== owners) this.#owners.set(id, rest);
     }
+  }
+
+  /** Service port `key`'s share rendered again from its cached inputs (the same as when it was adopted). */
+  #derive(input: NftIncrementalInput, key: string): Share {
+    this.work.sharesDerived++;
+    const f = this.#fragments.get(key);
+    if (f === undefined) throw new Error(`nftables cache: no inputs for service port ${key}`);
+    const rendered = this.#renderPort(input, f.servicePort, f.endpoints, false);
+    if (typeof rendered === "string") {
+      throw new Error(`nftables cache: service port ${key} no longer renders: ${rendered}`);
+    }
+    return rendered.share;
   }
 
   /**
@@ -487,33 +521,35 @@ export class NftIncrementalRenderer {
     input: NftIncrementalInput,
     key: string,
     warnings: string[],
-  ): { lines: string[]; elements: WantedElement[]; out: ServicePortOutcome } | null {
+  ): { lines: string[]; share: Share } | null {
     this.work.servicePortsRendered++;
     this.#skipped.delete(key);
     const svc = input.services.get(key)!;
-    const ipv6 = input.family === "IPv6";
-    const eps: EndpointInfo[] = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
-    const problem = checkServicePort(svc, ipv6) ??
-      eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
-    if (problem !== null) {
-      this.#skipped.set(key, problem);
-      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${problem}`);
+    const rendered = this.#renderPort(input, svc, input.endpoints.get(key), true);
+    if (typeof rendered === "string") {
+      this.#skipped.set(key, rendered);
+      warnings.push(`service port ${servicePortNameString(svc.name)} skipped: ${rendered}`);
       return null;
     }
-    const cat = categorizeEndpoints(eps, svc, input.nodeName, input.nodeLabels, {
-      preferSameTrafficDistribution: input.preferSameTrafficDistribution,
-    });
-    const family = nftFamily(input.family);
-    const tx = new NftTransaction(family, KUBE_PROXY_TABLE);
+    return rendered;
+  }
+
+  /**
+   * A service port's lines (only when `withChains`: its chains, rules and affinity sets) and share, or the
+   * reason it cannot be written.
+   */
+  #renderPort(
+    input: NftIncrementalInput,
+    svc: ServicePortInfo,
+    endpoints: readonly EndpointInfo[] | undefined,
+    withChains: boolean,
+  ): { lines: string[]; share: Share } | string {
+    const cat = categorizedEndpoints(input, svc, endpoints);
+    if (typeof cat === "string") return cat;
+    const tx = new NftTransaction(nftFamily(input.family), KUBE_PROXY_TABLE);
     const elements = new RecordingElements(tx, null);
-    const ctx: ServicePortContext = {
-      family,
-      masqueradeAll: input.masqueradeAll,
-      local: localTrafficMatches(input.localDetector),
-      nodeIP: input.nodeIP,
-      elements,
-    };
-    const out = writeServicePort(tx, ctx, svc, cat, true);
-    return { lines: tx.lines(), elements: elements.wanted, out };
+    const ctx = servicePortContext(input, elements);
+    const out = writeServicePort(tx, ctx, svc, cat, withChains);
+    return { lines: withChains ? tx.lines() : [], share: shareOf(elements.wanted, out) };
   }
 }

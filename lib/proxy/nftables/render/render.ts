@@ -124,11 +124,17 @@ export interface NftRenderOptions {
 
 /**
  * Told what each service port of a sync wrote (the incremental renderer builds its cache from a full
- * sync's single pass): its elements as they are ensured, then the port's key and outcome.
+ * sync's single pass): its elements as they are ensured, then the port's key and outcome, and what it
+ * was rendered from (the service port and its endpoints as `input.endpoints` holds them).
  */
 export interface NftRenderObserver {
   readonly element: ElementObserver;
-  servicePort(key: string, outcome: ServicePortOutcome): void;
+  servicePort(
+    key: string,
+    outcome: ServicePortOutcome,
+    svc: ServicePortInfo,
+    endpoints: readonly EndpointInfo[] | undefined,
+  ): void;
 }
 
 /** Characters nft allows in a chain or set name (the renderer only ever writes names of this form). */
@@ -236,7 +242,8 @@ export function renderNFTablesSync(
   let noLocalExternal = 0;
   for (const key of keys) {
     const svc = byKey.get(key)!;
-    const cat = categorizedEndpoints(input, key, svc);
+    const endpoints = input.endpoints.get(key);
+    const cat = categorizedEndpoints(input, svc, endpoints);
     if (typeof cat === "string") {
       // One bad value must not break the whole transaction: leave this service port out.
       skippedServices.push(key);
@@ -248,7 +255,7 @@ export function renderNFTablesSync(
       : partial.changedServices.has(`${svc.name.namespace}/${svc.name.name}`);
     deferred?.push(key);
     const out = writeServicePort(tx, ctx, svc, cat, writeChains);
-    observer?.servicePort(key, out);
+    observer?.servicePort(key, out, svc, endpoints);
     for (const c of out.chains) activeChains.add(c);
     for (const s of out.affinitySets) activeAffinitySets.add(s);
     if (out.noLocalInternal) noLocalInternal++;
@@ -291,7 +298,7 @@ export function renderNFTablesSync(
 }
 
 /** The settings every service port of a sync of `input` is written with. */
-function servicePortContext(
+export function servicePortContext(
   input: Omit<NftRenderInput, "services">,
   elements: ElementWriter,
 ): ServicePortContext {
@@ -305,16 +312,16 @@ function servicePortContext(
 }
 
 /**
- * Service port `key`'s endpoints, sorted and categorised as a sync writes them, or the reason it is
- * skipped (a value that cannot be written safely).
+ * A service port's `endpoints` (its entry in `input.endpoints`), sorted and categorised as a sync writes
+ * them, or the reason it is skipped (a value that cannot be written safely).
  */
-function categorizedEndpoints(
+export function categorizedEndpoints(
   input: Omit<NftRenderInput, "services">,
-  key: string,
   svc: ServicePortInfo,
+  endpoints: readonly EndpointInfo[] | undefined,
 ): CategorizedEndpoints | string {
   const ipv6 = input.family === "IPv6";
-  const eps = [...(input.endpoints.get(key) ?? [])].sort(compareEndpoints);
+  const eps = [...(endpoints ?? [])].sort(compareEndpoints);
   const problem = checkServicePort(svc, ipv6) ??
     eps.map((ep) => checkEndpoint(ep, ipv6)).find((p) => p !== null) ?? null;
   if (problem !== null) return problem;
@@ -341,7 +348,7 @@ export function servicePortChainRenderer(
   const ctx = servicePortContext(input, new NoElements(tx, null));
   return (key) => {
     const svc = services.get(key);
-    const cat = svc === undefined ? "" : categorizedEndpoints(input, key, svc);
+    const cat = svc === undefined ? "" : categorizedEndpoints(input, svc, input.endpoints.get(key));
     if (typeof cat === "string") return [];
     const one = new NftTransaction(ctx.family, KUBE_PROXY_TABLE);
     writeServicePort(one, ctx, svc!, cat, true);

@@ -242,6 +242,7 @@ test("per-change work does not grow with the number of unchanged services", () =
     const res = r.sync(cluster.input(), [key]);
     return {
       rendered: r.work.servicePortsRendered - before.servicePortsRendered,
+      derived: r.work.sharesDerived - before.sharesDerived,
       compared: r.work.elementsCompared - before.elementsCompared,
       bytes: res.transaction.length,
     };
@@ -250,6 +251,8 @@ test("per-change work does not grow with the number of unchanged services", () =
   const large = work(400);
   assert.deepEqual(large, small);
   assert.equal(small.rendered, 1);
+  // Its previous share is rendered again from the cached inputs; no other port's is needed.
+  assert.equal(small.derived, 1);
   assert.ok(small.compared > 0 && small.compared < 10, `compared ${small.compared}`);
 });
 
@@ -312,6 +315,21 @@ test("a full sync renders each service port once: its endpoints are read once pe
   endpoints.set(key, [makeEndpoint("10.9.9.9", 8080)]);
   const next = r.sync({ ...cluster.input(), endpoints }, [key]);
   assert.match(next.transaction, /10\.9\.9\.9/);
+});
+
+test("a sync that throws part-way leaves the renderer to start over with a full sync", () => {
+  const cluster = new Cluster(mulberry32(19));
+  for (let i = 0; i < 5; i++) cluster.set(i, 0);
+  const r = new NftIncrementalRenderer();
+  r.sync(cluster.input(), null);
+  const key = [...cluster.services.keys()][0];
+  const failing = (function* () {
+    yield key;
+    throw new Error("changed keys unreadable");
+  })();
+  assert.throws(() => r.sync(cluster.input(), failing), /changed keys unreadable/);
+  assert.equal(r.needsFullSync(cluster.input()), true);
+  assert.equal(r.sync(cluster.input(), []).full, true);
 });
 
 test("a node-level setting change falls back to a full sync", () => {
