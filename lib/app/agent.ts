@@ -20,7 +20,7 @@ import { withListsStored } from "../source/lists_stored.ts";
 import { StateCacheWriter } from "../source/state_cache_writer.ts";
 import { localAddresses, primaryNodeIP } from "../proxy/node_addresses.ts";
 import { RealClock } from "../runtime/clock.ts";
-import { MemoryRelease, releaseMemory } from "../runtime/memory.ts";
+import { MemoryRelease, releaseMemory, requestCollection } from "../runtime/memory.ts";
 import { pageOutExecutable, type PageOutResult } from "../runtime/code_pages.ts";
 import { ApiStats } from "../k8s/stats.ts";
 import { installShutdownSignals } from "./shutdown.ts";
@@ -288,6 +288,8 @@ export async function runAgent(
       minIntervalMs: 10_000,
       now: () => Date.now(),
       warn: (m) => log.warn(m),
+      // The write's encoded objects are garbage at once: collected as it goes, not piled on the sync's peak.
+      collect: () => void requestCollection(),
     });
   }
 

@@ -22,6 +22,8 @@ export interface StateCacheWriterOptions {
   warn(msg: string): void;
   /** Called after each successful write (for metrics and tests). */
   onWritten?(atMs: number, bytes: number): void;
+  /** Called every STATE_COLLECT_EVERY_BYTES of a write's payload (the agent: a collection). */
+  collect?(): void;
 }
 
 /**
@@ -58,7 +60,9 @@ export class StateCacheWriter {
     if (!this.#due()) return;
     const version = this.source.version;
     const now = this.opts.now();
-    this.#inflight = writeStateSnapshot(this.opts.dir, this.source.snapshot(), this.opts.nodeName, now).then(
+    this.#inflight = writeStateSnapshot(this.opts.dir, this.source.snapshot(), this.opts.nodeName, now, {
+      collect: () => this.opts.collect?.(),
+    }).then(
       (size) => {
         this.#writtenVersion = version;
         this.#lastWriteMs = now;

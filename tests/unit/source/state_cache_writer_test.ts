@@ -118,3 +118,30 @@ test("a failing write is warned about once, not on every attempt", async () => {
     assert.deepEqual(await readdir(dir), [STATE_FILE]);
   });
 });
+
+test("a write hands the writer's `collect` to the payload: called per MiB of a large state, not for a small one", async () => {
+  await withDir(async (dir) => {
+    const store = new StateStore(noop);
+    store.onServicesSynced();
+    store.onEndpointSlicesSynced();
+    store.onNodeSynced();
+    let calls = 0;
+    const writer = new StateCacheWriter(store, {
+      dir,
+      nodeName: "node-a",
+      minIntervalMs: 0,
+      now: () => Date.parse("2026-02-02T00:00:00Z"),
+      warn: (m) => assert.fail(m),
+      collect: () => calls++,
+    });
+    store.onServiceAdd(svc("small"));
+    await writer.flush();
+    assert.equal(calls, 0);
+    // ~3 MiB of Services.
+    for (let i = 0; i < 30000; i++) store.onServiceAdd(svc(`service-with-a-long-name-${i}`));
+    await writer.flush();
+    const size = (await readFile(join(dir, STATE_FILE))).length;
+    assert.ok(size > 3 * 1024 * 1024, `${size} bytes`);
+    assert.ok(calls >= 2, `${calls} collections`);
+  });
+});

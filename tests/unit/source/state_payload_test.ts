@@ -9,6 +9,7 @@ import {
   decodeState,
   encodeState,
   loadStateCache,
+  STATE_COLLECT_EVERY_BYTES,
   STATE_FILE,
   STATE_MAX_BYTES,
   writeStateCache,
@@ -100,6 +101,26 @@ test("writeStateSnapshot writes exactly encodeState's bytes, which load back", a
       }
       assert.deepEqual((await readdir(join(dir, "a"))).sort(), [STATE_FILE]);
     }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("writeStateSnapshot asks for a collection every STATE_COLLECT_EVERY_BYTES of payload, same bytes", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "edgeproxy-snapshot-"));
+  try {
+    const s = cluster(12000);
+    let calls = 0;
+    const size = await writeStateSnapshot(join(dir, "a"), s, "node-a", 0, { collect: () => calls++ });
+    await writeStateSnapshot(join(dir, "b"), s, "node-a", 0);
+    const a = await readFile(join(dir, "a", STATE_FILE));
+    assert.deepEqual(a, await readFile(join(dir, "b", STATE_FILE)));
+    assert.ok(size > 3 * STATE_COLLECT_EVERY_BYTES, `payload ${size} bytes`);
+    // Once per full interval: a chunk may carry the count past a multiple by up to a chunk's size.
+    assert.ok(calls >= 2 && calls <= Math.floor(size / STATE_COLLECT_EVERY_BYTES), `${calls} collections`);
+    let none = 0;
+    await writeStateSnapshot(join(dir, "c"), cluster(5), "node-a", 0, { collect: () => none++ });
+    assert.equal(none, 0, "a small state writes without a collection");
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
