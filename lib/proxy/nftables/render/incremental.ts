@@ -305,7 +305,8 @@ export class NftIncrementalRenderer {
           wanted = [];
         },
       },
-      { deferServicePortChains: options.deferServicePortChains },
+      // (Its activeChains then only tell which of this.#stale are in use again.)
+      { deferServicePortChains: options.deferServicePortChains, chainsOfInterest: this.#stale },
     );
     for (const key of result.skippedServices) this.#skipped.set(key, "");
     // The render's garbage is still unswept: the copy goes into blocks of its own (the heap keeps ~25

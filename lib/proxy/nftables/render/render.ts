@@ -90,7 +90,10 @@ export interface NftRenderResult {
   readonly transactionChunks: readonly string[];
   /** Number of commands in it. */
   readonly operations: number;
-  /** Per-service and per-endpoint chains in use, sorted. */
+  /**
+   * Per-service and per-endpoint chains in use, sorted. With
+   * {@link NftRenderOptions.deferServicePortChains}: only those among its `chainsOfInterest`.
+   */
   readonly activeChains: readonly string[];
   /** Per-service chains flushed as stale this sync (to delete in a later one), sorted. */
   readonly staleChains: readonly string[];
@@ -120,6 +123,12 @@ export interface NftRenderOptions {
    * (servicePortChainRenderer). A 10k-Service full sync is 41 MB of text, ~90 % of it those lines.
    */
   readonly deferServicePortChains?: boolean;
+  /**
+   * With deferServicePortChains: the chains whose use `activeChains` reports (the caller's own stale
+   * chains); others in use are not kept. At 10k Services every chain in use is ~80k names, ~10 MiB
+   * held through the render (bench/nftables_first_sync_peak.ts), and stale chains need none of them.
+   */
+  readonly chainsOfInterest?: ReadonlySet<string>;
 }
 
 /**
@@ -235,8 +244,16 @@ export function renderNFTablesSync(
   for (const svc of input.services) byKey.set(servicePortKey(svc.name), svc);
   const keys = [...byKey.keys()].sort();
 
+  // The table's per-service chains and affinity sets not seen in use so far: what is left once every
+  // service port was written is stale. (Their warnings follow the service ports', as the names are
+  // reported after them.)
+  const nameWarnings: string[] = [];
+  const existingChains = safeNames("chain", input.existingChains, nameWarnings);
+  const existingSets = safeNames("set", input.existingSets, nameWarnings);
+  const unusedChains = new Set(existingChains.filter(isServiceChainName));
+  const unusedSets = new Set(existingSets.filter(isAffinitySetName));
   const activeChains = new Set<string>();
-  const activeAffinitySets = new Set<string>();
+  const interest = deferred === null ? null : options.chainsOfInterest ?? new Set<string>();
   const skippedServices: string[] = [];
   let noLocalInternal = 0;
   let noLocalExternal = 0;
@@ -256,22 +273,24 @@ export function renderNFTablesSync(
     deferred?.push(key);
     const out = writeServicePort(tx, ctx, svc, cat, writeChains);
     observer?.servicePort(key, out, svc, endpoints);
-    for (const c of out.chains) activeChains.add(c);
-    for (const s of out.affinitySets) activeAffinitySets.add(s);
+    for (const c of out.chains) {
+      unusedChains.delete(c);
+      if (interest === null || interest.has(c)) activeChains.add(c);
+    }
+    for (const s of out.affinitySets) unusedSets.delete(s);
     if (out.noLocalInternal) noLocalInternal++;
     if (out.noLocalExternal) noLocalExternal++;
   }
 
+  for (const w of nameWarnings) warnings.push(w);
   const staleChains: string[] = [];
-  for (const chain of safeNames("chain", input.existingChains, warnings)) {
-    if (isServiceChainName(chain) && !activeChains.has(chain)) {
+  for (const chain of existingChains) {
+    if (unusedChains.has(chain)) {
       tx.flushChain(chain);
       staleChains.push(chain);
     }
   }
-  for (const set of safeNames("set", input.existingSets, warnings)) {
-    if (isAffinitySetName(set) && !activeAffinitySets.has(set)) tx.deleteSet(set);
-  }
+  for (const set of existingSets) if (unusedSets.has(set)) tx.deleteSet(set);
   const elementState = elements.finish();
 
   const transactionChunks = tx.chunks();

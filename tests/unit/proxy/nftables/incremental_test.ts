@@ -13,7 +13,7 @@ import { sortNFTablesTransaction } from "../../../support/nft_canonical.ts";
 import { nftFakeProxierInput } from "../../../support/nft_fixtures.ts";
 import { makeEndpoint, makeServicePort, TEST_NODE_NAME } from "../../../support/tracer.ts";
 import { type EndpointInfo, type ServicePortInfo, servicePortKey } from "../../../../lib/proxy/types.ts";
-import { renderNFTablesFullSync } from "../../../../lib/proxy/nftables/render/render.ts";
+import { renderNFTablesFullSync, renderNFTablesSync } from "../../../../lib/proxy/nftables/render/render.ts";
 import { joinTransactionChunks } from "../../../../lib/proxy/nftables/render/transaction.ts";
 import {
   type NftIncrementalInput,
@@ -549,3 +549,39 @@ for (const seed of [41, 42, 43, 44]) {
     }
   });
 }
+
+test("a deferred full sync keeps of the chains in use only the stale ones used again, and forgets those", () => {
+  const cluster = new Cluster(mulberry32(23));
+  for (let i = 0; i < 12; i++) cluster.set(i, 0);
+  const r = new NftIncrementalRenderer();
+  r.sync(cluster.input(), null);
+  // A service port with endpoints goes: its chains are flushed as stale by the partial sync.
+  const key = [...cluster.services.keys()].find((k) => (cluster.endpoints.get(k) ?? []).length > 0)!;
+  const svc = cluster.services.get(key)!;
+  const eps = cluster.endpoints.get(key)!;
+  cluster.services.delete(key);
+  cluster.endpoints.delete(key);
+  r.sync(cluster.input(), [key]);
+  const stale = r.staleChains();
+  assert.ok(stale.length >= 2, stale.join(" "));
+  // It comes back unchanged; a full sync as the agent renders it (deferred) uses its chains again.
+  cluster.services.set(key, svc);
+  cluster.endpoints.set(key, eps);
+  const input = { ...cluster.input(), firstSync: false };
+  r.sync(input, null, { deferServicePortChains: true });
+  for (const c of stale) assert.equal(r.isStale(c), false, c);
+  assert.deepEqual(r.staleChains(), []);
+  // The render behind it reports in use only the chains asked about; rendered whole, every one.
+  const all = { ...input, services: cluster.services.values() };
+  const asked = new Set([...stale, "service-NOTUSED-ns/gone/tcp/http"]);
+  const deferred = renderNFTablesSync(all, null, null, {
+    deferServicePortChains: true,
+    chainsOfInterest: asked,
+  });
+  assert.deepEqual(deferred.activeChains, stale);
+  const none = renderNFTablesSync(all, null, null, { deferServicePortChains: true });
+  assert.deepEqual(none.activeChains, []);
+  const whole = renderNFTablesFullSync({ ...input, services: cluster.services.values() });
+  assert.ok(whole.activeChains.length > stale.length * 5, `${whole.activeChains.length} chains`);
+  for (const c of stale) assert.ok(whole.activeChains.includes(c), c);
+});
