@@ -151,6 +151,14 @@ export function parseIPInto(s: string, out4: Uint8Array, out16: Uint8Array): Uin
   return parseIPv4Into(s, 0, s.length, out4, 0, false) ? out4 : null;
 }
 
+/**
+ * Parses the strict dotted quad `s[start, end)` into `out[off, off + 4)` without cutting it out of `s`
+ * (the netlink encoder reads tens of thousands of element keys in place); false when it is not one.
+ */
+export function parseIPv4At(s: string, start: number, end: number, out: Uint8Array, off: number): boolean {
+  return parseIPv4Into(s, start, end, out, off, false);
+}
+
 /** A strict dotted quad, for checks that need no bytes (same acceptance as the parser in strict syntax). */
 const IPV4_STRICT =
   /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;

@@ -3,7 +3,7 @@
  * values as the kernel stores them: addresses and ports in network order, protocol numbers as one byte,
  * each field of a concatenation padded to 4 bytes.
  */
-import { parseCIDR, parseIP } from "../../../net/ip.ts";
+import { parseCIDR, parseIP, parseIPv4At } from "../../../net/ip.ts";
 
 /** One nft data type. */
 export interface NftDatatype {
@@ -97,6 +97,92 @@ export function encodeKey(fields: readonly NftDatatype[], parts: readonly string
     off += (fields[i].size + 3) & ~3;
   }
   return out;
+}
+
+/**
+ * The key of `fields` read in place from `text[from, to)` (parts " . "-separated) into `out` (room for
+ * {@link keyLength} bytes), as {@link encodeKey} encodes it; its length, or -1 when a part is not in the
+ * form the renderer writes (a plain IPv4 or IPv6 address, tcp / udp / sctp, a decimal port), for the
+ * caller to read the key the general way, which also words the error.
+ */
+export function encodeKeyAt(
+  fields: readonly NftDatatype[],
+  text: string,
+  from: number,
+  to: number,
+  out: Uint8Array,
+): number {
+  let off = 0;
+  let at = from;
+  for (let i = 0; i < fields.length; i++) {
+    const sep = separatorWithin(text, at, to);
+    const last = i === fields.length - 1;
+    // Not the last part: it ends at the next separator. The last: no separator may follow.
+    const end = last ? to : sep;
+    if (last ? sep >= 0 : sep < 0) return -1;
+    const t = fields[i];
+    if (!encodeValueAt(t, text, at, end, out, off)) return -1;
+    if (fields.length === 1) return t.size;
+    const padded = (t.size + 3) & ~3;
+    out.fill(0, off + t.size, off + padded);
+    off += padded;
+    at = end + 3;
+  }
+  return off;
+}
+
+/** The first " . " in `text[from, to)`, or -1 (searched there only: the text may be a long list). */
+function separatorWithin(text: string, from: number, to: number): number {
+  for (let k = from; k + 3 <= to; k++) {
+    if (text.charCodeAt(k) === 32 && text.charCodeAt(k + 1) === 46 && text.charCodeAt(k + 2) === 32) return k;
+  }
+  return -1;
+}
+
+/** One value of type `t` read from `text[from, to)` into `out` at `off`; false when it is not one. */
+function encodeValueAt(
+  t: NftDatatype,
+  text: string,
+  from: number,
+  to: number,
+  out: Uint8Array,
+  off: number,
+): boolean {
+  switch (t.name) {
+    case "ipv4_addr":
+      return parseIPv4At(text, from, to, out, off);
+    case "ipv6_addr": {
+      const b = parseIP(text.slice(from, to));
+      if (b === null || b.length !== 16) return false;
+      out.set(b, off);
+      return true;
+    }
+    case "inet_proto": {
+      const n = to - from === 3 && text.startsWith("tcp", from)
+        ? 6
+        : to - from === 3 && text.startsWith("udp", from)
+        ? 17
+        : to - from === 4 && text.startsWith("sctp", from)
+        ? 132
+        : 0;
+      out[off] = n;
+      return n !== 0;
+    }
+    case "inet_service": {
+      if (to - from < 1 || to - from > 5) return false;
+      let n = 0;
+      for (let k = from; k < to; k++) {
+        const c = text.charCodeAt(k) - 48;
+        if (c < 0 || c > 9) return false;
+        n = n * 10 + c;
+      }
+      if (n > 65535) return false;
+      out[off] = n >> 8;
+      out[off + 1] = n & 0xff;
+      return true;
+    }
+  }
+  return false;
 }
 
 /** An address ("10.0.0.1") or prefix ("10.0.0.0/8") of the given size, or null. */

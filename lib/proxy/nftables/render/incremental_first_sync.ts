@@ -361,12 +361,23 @@ export function mergeElements(lines: Iterable<string>): string[] {
   const out: string[] = [];
   // Per container: where its first element line was, and its element bodies in order.
   const byContainer = new Map<string, { at: number; bodies: string[] }>();
+  // Element lines of one container mostly follow each other: their head is read once, not per line.
+  let last = "";
   for (const line of lines) {
     if (!line.startsWith("add element ")) {
       out.push(line);
       continue;
     }
-    const head = line.split(" ", 5).join(" ");
+    // "add element <family> <table> <container>": up to the fifth space.
+    let head = last;
+    if (last === "" || !line.startsWith(last) || line.charCodeAt(last.length) !== 0x20) {
+      let sp = -1;
+      for (let n = 0; n < 5; n++) {
+        sp = line.indexOf(" ", sp + 1);
+        if (sp < 0) break;
+      }
+      head = last = sp < 0 ? line : line.slice(0, sp);
+    }
     let c = byContainer.get(head);
     if (c === undefined) byContainer.set(head, c = { at: out.length, bodies: [] });
     c.bodies.push(line.slice(line.indexOf("{ ") + 2, line.lastIndexOf(" }")));

@@ -369,13 +369,18 @@ test("mergeElements merges each container's element lines in place, losslessly",
     "add element ip kube-proxy cluster-ips { 172.30.0.1 }",
     'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
     "add element ip kube-proxy cluster-ips { 172.30.0.2 }",
+    "add element ip kube-proxy cluster-ips { 172.30.0.3 }",
+    // A container whose name starts with another's, right after it.
+    "add element ip kube-proxy cluster-ips-b { 10.0.0.1 }",
+    "add element ip kube-proxy cluster-ips { 172.30.0.4 }",
     "flush chain ip kube-proxy service-X-ns/a/tcp/p",
   ];
   const merged = mergeElements(lines);
   assert.deepEqual(merged, [
     "flush map ip kube-proxy service-ips",
-    "add element ip kube-proxy cluster-ips { 172.30.0.1, 172.30.0.2 }",
+    "add element ip kube-proxy cluster-ips { 172.30.0.1, 172.30.0.2, 172.30.0.3, 172.30.0.4 }",
     'add element ip kube-proxy no-endpoint-services { 172.30.0.2 . tcp . 80 comment "ns/a:p" : goto reject-chain }',
+    "add element ip kube-proxy cluster-ips-b { 10.0.0.1 }",
     "flush chain ip kube-proxy service-X-ns/a/tcp/p",
   ]);
   assert.deepEqual(

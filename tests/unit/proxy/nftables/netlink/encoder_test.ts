@@ -14,6 +14,12 @@ import {
 } from "../../../../../lib/proxy/nftables/netlink/batch.ts";
 import { NlWriter, RETAIN_BYTES } from "../../../../../lib/proxy/nftables/netlink/attrs.ts";
 import { NftNetlinkUnsupported } from "../../../../../lib/proxy/nftables/netlink/unsupported.ts";
+import {
+  knownContainer,
+  writeElement,
+  writePlainElement,
+} from "../../../../../lib/proxy/nftables/netlink/element.ts";
+import type { BatchLine, Verb } from "../../../../../lib/proxy/nftables/netlink/message.ts";
 
 /** The messages of a framed batch: [type, flags, seq, length] after BATCH_BEGIN, before BATCH_END. */
 function messages(bytes: Uint8Array): [number, number, number, number][] {
@@ -169,5 +175,88 @@ test("a transaction given as chunks of whole lines is the batch of its joined te
       assert.deepEqual(b.bytes, whole.bytes, `${per} per chunk`);
       for (let seq = 8; seq <= whole.lastSeq; seq++) assert.equal(b.statementOf(seq), whole.statementOf(seq));
     }
+  }
+});
+
+test("an element read in place encodes as the general reading does; other forms are left to it", () => {
+  const lineOf = (w: NlWriter, family: "ip" | "ip6"): BatchLine => ({
+    w,
+    table: "kube-proxy",
+    family,
+    begin: () => 0,
+    fail: (what: string) => {
+      throw new Error(what);
+    },
+  });
+  const cases: [family: "ip" | "ip6", container: string, element: string][] = [
+    ["ip", "cluster-ips", "172.30.0.41"],
+    ["ip", "nodeport-ips", "0.0.0.0"],
+    ["ip", "service-ips", "172.30.0.41 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80"],
+    ["ip", "service-ips", "255.255.255.255 . udp . 65535 : jump external-X-ns/a/udp/dns"],
+    ["ip", "service-ips", "10.0.0.1 . sctp . 0 : goto c"],
+    ["ip", "no-endpoint-services", "172.30.0.42 . tcp . 80 : drop"],
+    ["ip", "no-endpoint-services", "172.30.0.42 . tcp . 080 : accept"],
+    ["ip", "firewall-ips", "5.6.7.8 . tcp . 443 : return"],
+    ["ip", "service-nodeports", "tcp . 30080 : goto external-ABC-ns/b/tcp/p80"],
+    ["ip", "no-endpoint-nodeports", "udp . 3001 : goto reject-chain"],
+    ["ip6", "cluster-ips", "fd00:10:96::1"],
+    ["ip6", "service-ips", "fd00:10:96::1 . tcp . 80 : goto service-Q-ns/c/tcp/p80"],
+    ["ip6", "service-ips", "::ffff:1.2.3.4 . udp . 53 : goto c"],
+  ];
+  for (const [family, container, element] of cases) {
+    const decl = knownContainer(container, family)!;
+    for (const verb of ["add", "delete"] as Verb[]) {
+      const plain = new NlWriter(256);
+      assert.ok(
+        writePlainElement(lineOf(plain, family), verb, decl, `{ ${element} }`, 2, element.length + 2),
+      );
+      const general = new NlWriter(256);
+      writeElement(lineOf(general, family), verb, decl, element);
+      assert.deepEqual(plain.bytes(), general.bytes(), `${verb} ${container} { ${element} }`);
+    }
+  }
+  // Not read in place (nothing written): a comment, a value or key in another spelling, a bad key or
+  // value (the general reading words the error).
+  const declined: [container: string, element: string, error: string | null][] = [
+    ["no-endpoint-nodeports", 'tcp . 3004 comment "ns4/empty:p80" : goto reject-chain', null],
+    ["service-ips", "172.30.0.41 . tcp . 80 : goto  svc", 'element value "goto  svc"'],
+    ["service-ips", "172.30.0.41 . tcp . 80 : continue", 'element value "continue"'],
+    ["service-ips", "172.30.0.41 . tcp . 80 : goto sv\u00e9", null],
+    ["service-ips", "172.30.0.041 . tcp . 80 : goto svc", 'element key "172.30.0.041 . tcp . 80"'],
+    ["service-ips", "172.30.0.41 . icmp . 80 : goto svc", 'element key "172.30.0.41 . icmp . 80"'],
+    ["service-ips", "172.30.0.41 . tcp . 65536 : goto svc", 'element key "172.30.0.41 . tcp . 65536"'],
+    ["service-ips", "172.30.0.41 . tcp : goto svc", 'element key "172.30.0.41 . tcp"'],
+    ["service-ips", "172.30.0.41 . tcp . 80 . 1 : goto svc", 'element key "172.30.0.41 . tcp . 80 . 1"'],
+    ["cluster-ips", "", "element"],
+    ["cluster-ips", "fd00::1", 'element key "fd00::1"'],
+  ];
+  for (const [container, element, error] of declined) {
+    const decl = knownContainer(container, "ip")!;
+    const w = new NlWriter(256);
+    assert.equal(
+      writePlainElement(lineOf(w, "ip"), "add", decl, `{ ${element} }`, 2, element.length + 2),
+      false,
+      element,
+    );
+    assert.equal(w.length, 0, element);
+    if (error === null) continue;
+    assert.throws(() => writeElement(lineOf(new NlWriter(256), "ip"), "add", decl, element), {
+      message: error,
+    });
+  }
+  // A map element without a value, a set element with one: refused either way, with the same words.
+  const svcIps = knownContainer("service-ips", "ip")!;
+  const cips = knownContainer("cluster-ips", "ip")!;
+  for (
+    const [decl, element] of [[svcIps, "172.30.0.41 . tcp . 80"], [cips, "172.30.0.41 : goto x"]] as const
+  ) {
+    const text = `{ ${element} }`;
+    assert.throws(
+      () => writePlainElement(lineOf(new NlWriter(256), "ip"), "add", decl, text, 2, element.length + 2),
+      { message: "element value" },
+    );
+    assert.throws(() => writeElement(lineOf(new NlWriter(256), "ip"), "add", decl, element), {
+      message: "element value",
+    });
   }
 });
