@@ -8,8 +8,12 @@
  * the joined text). Each step prints the heap (after a collection only where said), VmRSS and the VmHWM
  * reached during that step: the peak is reset before each step (`echo 5 > /proc/self/clear_refs`). Nothing
  * here applies the transactions, so nothing collects between them (the agent's nft session does every 4
- * MiB): the last step's peak is not the agent's. Bun only, Linux; figures only, asserts nothing:
- *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000] [--text] [--no-collect]
+ * MiB): the last step's peak is not the agent's. With `--encode`, each transaction of the sequence is encoded
+ * into a netlink batch as the agent's nft session encodes it (sent nowhere), with the session's collections
+ * after each (forced every RELEASE_AFTER_BYTES of batches, young-generation otherwise), and the switch-over
+ * (the last transaction, held back one step to know it is the last) is its own step.
+ * Bun only, Linux; figures only, asserts nothing:
+ *   ./node_modules/.bin/bun bench/nftables_first_sync_peak.ts [--services 10000] [--text] [--no-collect] [--encode]
  */
 import process from "node:process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -23,7 +27,8 @@ import {
   firstSyncTransactions,
 } from "../lib/proxy/nftables/render/incremental_first_sync.ts";
 import { releaseMemory, requestCollection } from "../lib/runtime/memory.ts";
-import { NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
+import { anonymousSetNamer, NftBatchEncoder } from "../lib/proxy/nftables/netlink/batch.ts";
+import { RELEASE_AFTER_BYTES } from "../lib/proxy/nftables/nft_session.ts";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -63,12 +68,44 @@ let bytes = 0;
 const sequence = full.deferred === null
   ? firstSyncTransactions(full.transactionChunks)
   : deferredFirstSyncTransactions(full.deferred);
-for (const part of sequence) {
-  parts++;
-  bytes += part.length;
-  if (parts === 1) step("first bounded transaction");
+if (!process.argv.includes("--encode")) {
+  for (const part of sequence) {
+    parts++;
+    bytes += part.length;
+    if (parts === 1) step("first bounded transaction");
+  }
+  step(`the other ${parts - 1} (${round(bytes / 1e6, 1)} MB in all)`);
+} else {
+  // As the nft session: one encoder, our anonymous set names, elements of new sets by batch id.
+  const encoder = new NftBatchEncoder();
+  const opts = { anonymousSetName: anonymousSetNamer("kbnc"), elementsById: true };
+  let sent = 0;
+  let batchBytes = 0;
+  const encode = (part: string): number => {
+    const n = encoder.encode(part, 1, opts).bytes.length;
+    sent += n;
+    if (sent >= RELEASE_AFTER_BYTES) {
+      sent = 0;
+      releaseMemory();
+    } else requestCollection();
+    return n;
+  };
+  let held: string | null = null;
+  for (const part of sequence) {
+    if (held !== null) {
+      batchBytes += encode(held);
+      if (parts === 1) step("first bounded transaction, encoded");
+    }
+    parts++;
+    bytes += part.length;
+    held = part;
+  }
+  step(`the next ${parts - 2}, encoded (${round(batchBytes / 1e6, 1)} MB of batches)`);
+  const switchOver = held!;
+  held = null;
+  const n = encode(switchOver);
+  step(`the switch-over (${round(switchOver.length / 1e6, 1)} MB, ${round(n / 1e6, 1)} MB batch)`);
 }
-step(`the other ${parts - 1} (${round(bytes / 1e6, 1)} MB in all)`);
 step("settled", true);
 // A later full sync, not split (hourly, or after a failed bounded one): rendered whole and encoded into one
 // netlink batch from its chunks (with `--text`: joined into one string first, as before).

@@ -91,7 +91,7 @@ export interface NftSessionOptions {
  * collection is still needed: without it the agent's peak at 5k was 379–398 MiB against 303–324, and every
  * 16 MiB gave 14 MiB more in-process (bench/README.md, "nftables netlink encoder without an attribute tree").
  */
-const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
+export const RELEASE_AFTER_BYTES = 4 * 1024 * 1024;
 
 /**
  * The encoder's buffers are trimmed once no transaction came for this long: a bounded first sync's
