@@ -33,6 +33,7 @@ const TYPE_BITS = 6;
 
 /** IP protocol numbers by the names nft accepts for inet_proto. */
 const PROTOCOLS: Readonly<Record<string, number>> = { tcp: 6, udp: 17, sctp: 132 };
+const PROTOCOL_NAMES = Object.keys(PROTOCOLS);
 
 /** The fields of a key type ("ipv4_addr . inet_proto . inet_service"), or null when one is unknown. */
 export function keyFields(type: string): NftDatatype[] | null {
@@ -58,52 +59,16 @@ export function keyLength(fields: readonly NftDatatype[]): number {
   return fields.reduce((n, f) => n + ((f.size + 3) & ~3), 0);
 }
 
-/** One value of type `t`, or null when `text` is not one. */
-export function encodeValue(t: NftDatatype, text: string): Uint8Array | null {
-  switch (t.name) {
-    case "ipv4_addr":
-    case "ipv6_addr": {
-      const b = parseIP(text);
-      return b !== null && b.length === t.size ? b : null;
-    }
-    case "inet_proto": {
-      const n = PROTOCOLS[text];
-      return n === undefined ? null : Uint8Array.of(n);
-    }
-    case "inet_service": {
-      if (!/^[0-9]{1,5}$/.test(text) || Number(text) > 65535) return null;
-      const n = Number(text);
-      return Uint8Array.of(n >> 8, n & 0xff);
-    }
-  }
-  return null;
-}
-
-/** A protocol name as its number (meta l4proto), or null. */
+/** A protocol name as its number (meta l4proto), or null (own names only: not "constructor" and the like). */
 export function protocolNumber(name: string): number | null {
-  return PROTOCOLS[name] ?? null;
-}
-
-/** A key of `fields` from its parts (as the transaction writes them), or null when a part is invalid. */
-export function encodeKey(fields: readonly NftDatatype[], parts: readonly string[]): Uint8Array | null {
-  if (parts.length !== fields.length) return null;
-  if (fields.length === 1) return encodeValue(fields[0], parts[0]);
-  const out = new Uint8Array(keyLength(fields));
-  let off = 0;
-  for (let i = 0; i < fields.length; i++) {
-    const v = encodeValue(fields[i], parts[i]);
-    if (v === null) return null;
-    out.set(v, off);
-    off += (fields[i].size + 3) & ~3;
-  }
-  return out;
+  return Object.hasOwn(PROTOCOLS, name) ? PROTOCOLS[name] : null;
 }
 
 /**
- * The key of `fields` read in place from `text[from, to)` (parts " . "-separated) into `out` (room for
- * {@link keyLength} bytes), as {@link encodeKey} encodes it; its length, or -1 when a part is not in the
- * form the renderer writes (a plain IPv4 or IPv6 address, tcp / udp / sctp, a decimal port), for the
- * caller to read the key the general way, which also words the error.
+ * The key of `fields` read in place from `text[from, to)` (parts " . "-separated, one per field) into `out`
+ * (room for {@link keyLength} bytes): addresses and ports in network order, each field of a concatenation
+ * padded to 4 bytes. Returns its length, or -1 when the parts do not match the fields (a strict IPv4 or
+ * IPv6 address, tcp / udp / sctp, a decimal port up to 65535).
  */
 export function encodeKeyAt(
   fields: readonly NftDatatype[],
@@ -157,17 +122,14 @@ function encodeValueAt(
       out.set(b, off);
       return true;
     }
-    case "inet_proto": {
-      const n = to - from === 3 && text.startsWith("tcp", from)
-        ? 6
-        : to - from === 3 && text.startsWith("udp", from)
-        ? 17
-        : to - from === 4 && text.startsWith("sctp", from)
-        ? 132
-        : 0;
-      out[off] = n;
-      return n !== 0;
-    }
+    case "inet_proto":
+      for (const name of PROTOCOL_NAMES) {
+        if (to - from === name.length && text.startsWith(name, from)) {
+          out[off] = PROTOCOLS[name];
+          return true;
+        }
+      }
+      return false;
     case "inet_service": {
       if (to - from < 1 || to - from > 5) return false;
       let n = 0;

@@ -6,7 +6,7 @@
  */
 import { NLM_F_CREATE } from "./attrs.ts";
 import { dataValue, dataVerdict, VERDICT } from "./expressions.ts";
-import { encodeKey, encodeKeyAt, keyFields, type NftDatatype } from "./datatypes.ts";
+import { encodeKeyAt, keyFields, type NftDatatype } from "./datatypes.ts";
 import { type BatchLine, commentAttr, NFT_MSG, type Verb } from "./message.ts";
 import { unquote } from "./syntax.ts";
 import {
@@ -110,7 +110,7 @@ const KEY_VIEWS: Uint8Array[] = [];
  * The attributes of element `text[from, to)` written in place, when it is in the form the renderer
  * writes nearly always: a key of plain values and, for a map, `goto <chain>`, `jump <chain>` or a bare
  * verdict; no comment. Nothing is cut out of the list but the chain's name: a 10k-Service switch-over
- * has ~30k elements, and {@link writeElement}'s matches and parts were ~20 MiB of garbage at once.
+ * has ~30k elements, and a match, a split and typed arrays for each were ~20 MiB of garbage at once.
  * False, with nothing written, for any other form ({@link writeElement} reads it, and words the error).
  */
 export function writePlainElement(
@@ -162,9 +162,9 @@ export function writeElement(line: BatchLine, verb: Verb, decl: ContainerType, e
   const w = line.w;
   const x = /^(.+?)(?: comment ("(?:[^"\\]|\\.)*"))?(?: : (.+))?$/.exec(e);
   if (x === null) line.fail("element");
-  const key = encodeKey(decl.fields, x[1].split(" . "));
-  if (key === null) line.fail(`element key ${JSON.stringify(x[1])}`);
-  dataValue(w, 1, key);
+  const n = encodeKeyAt(decl.fields, x[1], 0, x[1].length, KEY);
+  if (n < 0) line.fail(`element key ${JSON.stringify(x[1])}`);
+  dataValue(w, 1, KEY_VIEWS[n] ??= KEY.subarray(0, n));
   if (verb === "add") {
     if (decl.map !== (x[3] !== undefined)) line.fail("element value");
     if (x[3] !== undefined) {

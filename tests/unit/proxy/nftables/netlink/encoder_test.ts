@@ -260,3 +260,23 @@ test("an element read in place encodes as the general reading does; other forms 
     });
   }
 });
+
+test("a protocol is one of nft's own names, not any property name of an object", () => {
+  for (
+    const statement of [
+      "add element ip kube-proxy service-ips { 172.30.0.41 . constructor . 80 : goto svc }",
+      "add element ip kube-proxy service-ips { 172.30.0.41 . toString . 80 : goto svc }",
+      'add element ip kube-proxy service-ips { 172.30.0.41 . __proto__ . 80 comment "c" : goto svc }',
+      "add rule ip kube-proxy svc-a meta l4proto constructor accept",
+    ]
+  ) {
+    assert.throws(
+      () => new NftBatchEncoder().encode(SMALL + statement + "\n", 0),
+      NftNetlinkUnsupported,
+      statement,
+    );
+  }
+  assert.ok(
+    new NftBatchEncoder().encode(SMALL + "add rule ip kube-proxy svc-a meta l4proto udp accept\n", 0),
+  );
+});
