@@ -280,3 +280,22 @@ test("a protocol is one of nft's own names, not any property name of an object",
     new NftBatchEncoder().encode(SMALL + "add rule ip kube-proxy svc-a meta l4proto udp accept\n", 0),
   );
 });
+
+test("once a batch is encoded the encoder holds no name read from its transaction", () => {
+  const enc = new NftBatchEncoder();
+  const tx = "add table ip kube-proxy\n" +
+    "add map ip kube-proxy no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; }\n" +
+    "add set ip kube-proxy affinity-x { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }\n" +
+    "add element ip kube-proxy no-endpoint-services { 10.0.0.1 . tcp . 80 : goto reject-chain }\n" +
+    "add chain ip kube-proxy svc-a\n" +
+    "add rule ip kube-proxy svc-a numgen random mod 2 vmap { 0 : goto ep0 , 1 : goto ep1 }\n";
+  // Each name is a substring of the transaction, which it would keep alive until the next batch: at 10k
+  // Services the first sync's switch-over (~1.3 MB of text) for as long as the node saw no change.
+  assert.ok(
+    enc.encode(tx, 1, { anonymousSetName: anonymousSetNamer("kt"), elementsById: true }).messages > 0,
+  );
+  assert.equal(enc.retainedNames, 0);
+  // Also after a batch the kernel would refuse to encode (the encoder fails half-way).
+  assert.throws(() => enc.encode(tx + "add frobnicate ip kube-proxy x\n", 1), NftNetlinkUnsupported);
+  assert.equal(enc.retainedNames, 0);
+});
