@@ -5,10 +5,12 @@
  * every transaction, also in a kept libnftables context: its cache is dropped whenever the ruleset
  * generation moved, and our own commit moves it). Every size goes this way: a first sync's bounded chunks
  * hold the event loop for their kernel commit (up to ~1.4 s each at 10k Services), as long as `nft` would
- * take for them in a child. A transaction with a statement the encoder does not know, or one the kernel
- * refuses as a batch, goes to libnftables in-process (small ones, under Bun) or `nft -f -` (large ones, and
- * everything under Deno). Transactions run one at a time, in call order; each is atomic (a failing one
- * changes nothing and its error carries the refused statement), and a failure leaves the session usable.
+ * take for them in a child, and give it a turn after each (without one a sequence of them held it
+ * throughout: /healthz unanswered and the other family's sync waiting for a whole 10k first sync). A
+ * transaction with a statement the encoder does not know, or one the kernel refuses as a batch, goes to
+ * libnftables in-process (small ones, under Bun) or `nft -f -` (large ones, and everything under Deno).
+ * Transactions run one at a time, in call order; each is atomic (a failing one changes nothing and its
+ * error carries the refused statement), and a failure leaves the session usable.
  */
 import process from "node:process";
 import { type LibNftablesContext, openLibNftables } from "../../runtime/libnftables.ts";
@@ -17,6 +19,7 @@ import { type NftBatchSocket, openNftBatchSocket } from "../../runtime/nft_batch
 import { anonymousSetNamer, type EncodeOptions, NftBatchEncoder } from "./netlink/batch.ts";
 import { NftNetlinkUnsupported } from "./netlink/unsupported.ts";
 import { releaseMemory, requestCollection } from "../../runtime/memory.ts";
+import { yieldToEventLoop } from "../../util/event_loop.ts";
 import {
   type NftTransactionText,
   streamedChunks,
@@ -228,12 +231,18 @@ export class NftSession implements NftTransactionRunner {
         this.#sentSinceRelease = 0;
         releaseMemory();
       } else requestCollection();
-      if (done) return;
+      if (done) {
+        // The commit blocked the loop: let what waited (the other family's sync, /healthz, the watches)
+        // run before the caller's next transaction does the same.
+        await yieldToEventLoop();
+        return;
+      }
     }
     const large = length >= (this.options.largeTransactionBytes ?? NFT_LARGE_TRANSACTION_BYTES);
     if (this.lib !== null && !large) {
       const text = transactionString(transaction);
       const r = this.lib.run(text);
+      await yieldToEventLoop();
       if (!r.ok) throw new NftTransactionError("libnftables", r.error, text);
       this.counts["libnftables"]++;
       return;
