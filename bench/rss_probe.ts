@@ -7,13 +7,16 @@
  *
  *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
  *                          [--every=<ms between samples, 2000>] [--apiserver-fields] [--until-synced]
- *                          [--all-log]
+ *                          [--all-log] [--healthz]
  *
  * `--apiserver-fields`: the test apiserver serves the objects as a real one does (managedFields, kubectl's
  * last-applied annotation, owner references, targetRef; synthetic_cluster.ts withApiserverFields).
  * `--all-log`: every line the agent logs, not only those.
  * `--until-synced`: the first sync is over at the agent's "full sync of IPv4 rules took" line, not when
  * the namespace's iptables rules are all in (for `--extra=--proxy-mode=nftables`, which writes none).
+ * `--healthz`: asks the agent's /healthz (curl in its namespace, 30 s limit) one request after another,
+ * 100 ms apart, from its start to the end of the first sync, and prints how long the slowest answer took:
+ * a sync that holds the agent's event loop shows here.
  *
  * Prints figures; nothing goes to results.json.
  */
@@ -54,6 +57,7 @@ async function main(): Promise<void> {
       "apiserver-fields": { type: "boolean", default: false },
       "until-synced": { type: "boolean", default: false },
       "all-log": { type: "boolean", default: false },
+      healthz: { type: "boolean", default: false },
     },
   });
   const n = Number(values.services);
@@ -88,6 +92,28 @@ async function main(): Promise<void> {
           );
         }
       }, Number(values.every));
+      const waits: number[] = [];
+      let polling = values.healthz;
+      const poller = (async () => {
+        while (polling) {
+          const s = performance.now();
+          const r = await ns.exec([
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-m",
+            "30",
+            "-w",
+            "%{http_code}",
+            "http://127.0.0.1:10256/healthz",
+          ]);
+          const waited = performance.now() - s;
+          // Before the agent listens curl fails at once ("000"); a timeout is "000" too, and counts.
+          if (r.stdout !== "000" || waited >= 1000) waits.push(waited);
+          await sleep(100);
+        }
+      })();
       try {
         if (values["until-synced"]) {
           const exited = new Promise<never>((_, reject) =>
@@ -101,6 +127,15 @@ async function main(): Promise<void> {
         } else {
           const start = await observeStart(agent, ns, kubeServicesRuleCount(cluster), 300_000);
           process.stdout.write(`${n} Services: all rules after ${start.allRules?.ms} ms\n`);
+        }
+        polling = false;
+        await poller;
+        if (values.healthz) {
+          process.stdout.write(
+            `  /healthz during the first sync: ${waits.length} requests, slowest answer ${
+              Math.round(Math.max(0, ...waits))
+            } ms (curl included)\n`,
+          );
         }
         // The first LIST of each resource: from the body handed to the socket to the agent's "list" line
         // (transfer, decoding, the store and the handlers).
@@ -128,6 +163,7 @@ async function main(): Promise<void> {
         }
         await sleep(Math.max(0, watchMs - 20_000));
       } finally {
+        polling = false;
         clearInterval(timer);
       }
     },
