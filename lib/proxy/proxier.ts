@@ -346,7 +346,9 @@ export class Proxier implements ProxyHandlers {
         services: this.#svcPortMap,
         endpoints: this.#endpointsMap,
         changedServices: new Set<string>([...svcResult.updatedServices, ...epResult.updatedServices]),
-        nodeLabels: this.#labels,
+        // A copy: a Node event handled while the provider awaits (a long sequence of transactions) must
+        // not change the labels under the part of the sync still to be rendered (upstream holds its lock).
+        nodeLabels: { ...this.#labels },
         localDetection: this.#localDetection,
         serviceCIDRs: this.#serviceCIDRs,
       }, { full });

@@ -297,3 +297,44 @@ test("a failed full restore does not install jump rules into chains it did not f
   assert.deepEqual(f.calls, ["restore"]);
   assert.equal(f.ensured, 0);
 });
+
+test("a Node's labels changing while a sync awaits its provider leave that sync's labels as they were", async () => {
+  const seen: Record<string, string>[] = [];
+  let release: () => void = () => {};
+  const provider = {
+    sync: async (state: { nodeLabels: Readonly<Record<string, string>> }) => {
+      seen.push(state.nodeLabels as Record<string, string>);
+      // The provider is still writing (the rest of the sync would read the labels again).
+      await new Promise<void>((r) => (release = r));
+      return { kind: "full", bytes: 0, noLocalEndpoints: { internal: 0, external: 0 } };
+    },
+    checkDrift: () => Promise.resolve(null),
+  };
+  const metrics = createKubeProxyMetrics(new Registry());
+  const p = new Proxier({
+    family: "IPv4",
+    nodeName: "node-a",
+    provider,
+    clock: new FakeClock(),
+    log: quiet,
+    metrics,
+    health: { queuedUpdate: () => {}, updated: () => {} },
+    minSyncPeriodMs: 1000,
+    syncPeriodMs: 30000,
+    localDetection: () => detectLocalByCIDR("10.0.0.0/8"),
+  });
+  const node = (zone: string) => ({
+    metadata: { name: "node-a", labels: { "topology.kubernetes.io/zone": zone } },
+  });
+  p.onNodeAdd(node("zone-a"));
+  p.onServiceAdd(svc("svc1", "172.30.0.41", 80));
+  p.onServicesSynced();
+  p.onEndpointSlicesSynced();
+  const syncing = p.syncProxyRules();
+  await new Promise((r) => setTimeout(r, 0));
+  assert.equal(seen.length, 1);
+  p.onNodeUpdate(node("zone-a"), node("zone-b"));
+  assert.deepEqual(seen[0], { "topology.kubernetes.io/zone": "zone-a" });
+  release();
+  await syncing;
+});
