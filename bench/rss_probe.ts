@@ -7,7 +7,7 @@
  *
  *   bun bench/rss_probe.ts [--services=10000] [--binary=dist/edgeproxy] [--watch=40] [--extra=<flag>]…
  *                          [--every=<ms between samples, 2000>] [--apiserver-fields] [--until-synced]
- *                          [--all-log] [--healthz]
+ *                          [--all-log] [--healthz] [--sigterm-after=<ms>]
  *
  * `--apiserver-fields`: the test apiserver serves the objects as a real one does (managedFields, kubectl's
  * last-applied annotation, owner references, targetRef; synthetic_cluster.ts withApiserverFields).
@@ -17,6 +17,8 @@
  * `--healthz`: asks the agent's /healthz (curl in its namespace, 30 s limit) one request after another,
  * 100 ms apart, from its start to the end of the first sync, and prints how long the slowest answer took:
  * a sync that holds the agent's event loop shows here.
+ * `--sigterm-after`: sends the agent SIGTERM that many ms after its start (e.g. during its first sync) and
+ * prints how long it took to exit (its shutdown is bounded at 5 s), instead of the rest.
  *
  * Prints figures; nothing goes to results.json.
  */
@@ -58,6 +60,7 @@ async function main(): Promise<void> {
       "until-synced": { type: "boolean", default: false },
       "all-log": { type: "boolean", default: false },
       healthz: { type: "boolean", default: false },
+      "sigterm-after": { type: "string" },
     },
   });
   const n = Number(values.services);
@@ -115,6 +118,20 @@ async function main(): Promise<void> {
         }
       })();
       try {
+        if (values["sigterm-after"] !== undefined) {
+          await sleep(Math.max(0, Number(values["sigterm-after"]) - (performance.now() - agent.startedAt)));
+          const sent = performance.now();
+          const sentAt = t();
+          const exited = new Promise<number | null>((r) => agent.child.once("exit", (code) => r(code)));
+          agent.child.kill("SIGTERM");
+          const code = await exited;
+          process.stdout.write(
+            `${n} Services: SIGTERM at t=${sentAt}: exited (code ${code}) ${
+              Math.round(performance.now() - sent)
+            } ms later\n`,
+          );
+          return;
+        }
         if (values["until-synced"]) {
           const exited = new Promise<never>((_, reject) =>
             agent.child.once(
